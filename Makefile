@@ -1,0 +1,37 @@
+# Every target works on a fresh clone: the first one that needs the virtualenv creates it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck check protos bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)  ## run the demo of what exists today
+	$(BIN)/python examples/demo.py
+
+test: $(STAMP)  ## the whole test suite
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+protos: $(STAMP)  ## regenerate src/krt/proto from protos/
+	$(BIN)/python scripts/gen_protos.py
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The Runtime gateway: HTTPS invoke front door that forwards to runtimed over gRPC."""

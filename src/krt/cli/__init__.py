@@ -1,0 +1,1 @@
+"""The krt command line (click)."""

@@ -1,0 +1,1 @@
+"""Kubernetes access for every component: kr8s client, informers, status patching, leases."""

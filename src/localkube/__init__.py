@@ -1,0 +1,3 @@
+"""localkube: an embedded single-machine Kubernetes for tests and the quick start.
+
+Never imported by production code (krt core, runtimed, gateway, servers); a test enforces it."""

@@ -1,0 +1,1 @@
+"""The built-in Bash Runtime Server (console script krt-bash-runtime)."""

@@ -1,0 +1,1 @@
+"""What both built-in Runtime Servers share: task executions, the registration table and the gRPC servicers."""

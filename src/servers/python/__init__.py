@@ -1,0 +1,1 @@
+"""The built-in Python Runtime Server (console script krt-python-runtime)."""
