@@ -1,0 +1,1 @@
+"""Authentication (admin token, ServiceAccount JWTs) and RBAC authorization for localkube."""
