@@ -1,1 +1,173 @@
-"""kruntimes.io/v1alpha1 API: Run and Runtime types, phases, conditions, validation, CRD schemas."""
+"""kruntimes.io/v1alpha1 API: Run and Runtime types, phases, conditions, validation, CRD schemas.
+
+A pure library (no I/O, no clock): every component imports its names, phase helpers,
+condition edits, retry decisions, outputs bounds, endpoint paths and capacity arithmetic
+from here, so each rule of seeds 000, 001 and 003 has one implementation. It must not import
+anything above it (``krt.kube``, ``krt.controlplane``, ``runtimed``, ``gateway``,
+``localkube``).
+
+Modules: :mod:`~krt.api.constants` (names, condition vocabulary), :mod:`~krt.api.phases`,
+:mod:`~krt.api.conditions`, :mod:`~krt.api.patches`, :mod:`~krt.api.run`,
+:mod:`~krt.api.runtime`, :mod:`~krt.api.retry`, :mod:`~krt.api.outputs`,
+:mod:`~krt.api.endpoint`, :mod:`~krt.api.resources`, :mod:`~krt.api.durations`,
+:mod:`~krt.api.times`, :mod:`~krt.api.limits`, :mod:`~krt.api.schema` and
+:mod:`~krt.api.crds` (the CRDs' single source of truth).
+"""
+
+from krt.api.conditions import (
+    Condition,
+    find_condition,
+    is_condition_true,
+    set_condition,
+    set_condition_patch,
+)
+from krt.api.constants import (
+    API_VERSION,
+    GROUP,
+    REGISTRATION_CLEANUP_FINALIZER,
+    RUN_KIND,
+    RUN_PLURAL,
+    RUNTIME_KIND,
+    RUNTIME_PLURAL,
+    VERSION,
+    ConditionStatus,
+    Reason,
+    RunConditionType,
+    RuntimeConditionType,
+)
+from krt.api.durations import format_duration, parse_duration
+from krt.api.endpoint import (
+    FunctionEndpointRef,
+    function_endpoint_path,
+    function_endpoint_url,
+    parse_function_endpoint_path,
+    parse_function_endpoint_url,
+)
+from krt.api.errors import (
+    ApiError,
+    DurationError,
+    EndpointPathError,
+    InvalidObjectError,
+    OutputsError,
+    ResourceError,
+)
+from krt.api.meta import ObjectMeta
+from krt.api.outputs import parse_outputs_file, validate_outputs
+from krt.api.patches import StatusPatch, apply_merge_patch
+from krt.api.phases import (
+    Phase,
+    WaitTarget,
+    can_transition,
+    gc_deadline,
+    holds_capacity,
+    is_active,
+    is_cancellable,
+    is_gc_eligible,
+    is_terminal,
+    needs_stale_recovery_check,
+    phase_of,
+    wait_finished,
+)
+from krt.api.resources import fits, run_requests, runtime_capacity, total_usage
+from krt.api.retry import (
+    Failure,
+    FailureReason,
+    Reentry,
+    Retry,
+    RetryDecision,
+    Stale,
+    Terminal,
+    decide,
+    resume_patch,
+    retry_wait_seconds,
+)
+from krt.api.run import (
+    Endpoint,
+    EndpointProtocol,
+    EnvVar,
+    FunctionMode,
+    RetryPolicy,
+    Run,
+    RunSpec,
+    RunStatus,
+    Source,
+    TaskMode,
+)
+from krt.api.runtime import Runtime, RuntimeSpec, RuntimeStatus
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "REGISTRATION_CLEANUP_FINALIZER",
+    "RUNTIME_KIND",
+    "RUNTIME_PLURAL",
+    "RUN_KIND",
+    "RUN_PLURAL",
+    "VERSION",
+    "ApiError",
+    "Condition",
+    "ConditionStatus",
+    "DurationError",
+    "Endpoint",
+    "EndpointPathError",
+    "EndpointProtocol",
+    "EnvVar",
+    "Failure",
+    "FailureReason",
+    "FunctionEndpointRef",
+    "FunctionMode",
+    "InvalidObjectError",
+    "ObjectMeta",
+    "OutputsError",
+    "Phase",
+    "Reason",
+    "Reentry",
+    "ResourceError",
+    "Retry",
+    "RetryDecision",
+    "RetryPolicy",
+    "Run",
+    "RunConditionType",
+    "RunSpec",
+    "RunStatus",
+    "Runtime",
+    "RuntimeConditionType",
+    "RuntimeSpec",
+    "RuntimeStatus",
+    "Source",
+    "Stale",
+    "StatusPatch",
+    "TaskMode",
+    "Terminal",
+    "WaitTarget",
+    "apply_merge_patch",
+    "can_transition",
+    "decide",
+    "find_condition",
+    "fits",
+    "format_duration",
+    "function_endpoint_path",
+    "function_endpoint_url",
+    "gc_deadline",
+    "holds_capacity",
+    "is_active",
+    "is_cancellable",
+    "is_condition_true",
+    "is_gc_eligible",
+    "is_terminal",
+    "needs_stale_recovery_check",
+    "parse_duration",
+    "parse_function_endpoint_path",
+    "parse_function_endpoint_url",
+    "parse_outputs_file",
+    "phase_of",
+    "resume_patch",
+    "retry_wait_seconds",
+    "run_requests",
+    "runtime_capacity",
+    "set_condition",
+    "set_condition_patch",
+    "total_usage",
+    "validate_outputs",
+    "wait_finished",
+]

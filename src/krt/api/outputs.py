@@ -1,0 +1,130 @@
+"""Bounded outputs: the one validator used by runtimed (task outputs) and the Runtime Servers
+(function invoke outputs).
+
+Seed 000, Invoke Contract, and issue 6: keys match ``[A-Za-z0-9_.-]{1,63}``; at most 64
+entries; each value at most 4 KiB and all entries together at most 16 KiB, counted in UTF-8
+bytes (a key's and its value's bytes both count toward the total). A violation names the key
+and the bound, and the caller turns it into a failure (``OutputsInvalid``) rather than storing
+a partial set.
+
+A task writes outputs as ``KEY=VALUE`` lines to the file named by ``$KRUNTIME_OUTPUTS``;
+:func:`parse_outputs_file` reads that format (the value is everything after the first ``=``;
+empty lines and lines starting with ``#`` are skipped; a repeated key keeps its last value,
+so a task may update an output by appending).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final
+
+from krt.api.errors import OutputsError
+from krt.api.limits import (
+    MAX_OUTPUT_VALUE_BYTES,
+    MAX_OUTPUTS,
+    MAX_OUTPUTS_TOTAL_BYTES,
+    OUTPUT_KEY_PATTERN,
+)
+
+_KEY: Final = re.compile(OUTPUT_KEY_PATTERN)
+#: The outputs file may hold comments and superseded values; never read more than this.
+MAX_OUTPUTS_FILE_BYTES: Final = 4 * MAX_OUTPUTS_TOTAL_BYTES
+
+
+def validate_outputs(outputs: Mapping[str, str]) -> dict[str, str]:
+    """Check outputs against every bound and return them as a plain dict.
+
+    Args:
+        outputs: key -> value (strings).
+
+    Returns:
+        A new ``dict`` with the same entries.
+
+    Raises:
+        OutputsError: the first violation found, naming the key (``None`` for the count) and
+            the bound: ``key-pattern``, ``max-keys``, ``max-value-bytes`` or
+            ``max-total-bytes``; a non-string value is reported as ``value-type``.
+    """
+    if len(outputs) > MAX_OUTPUTS:
+        raise OutputsError(
+            f"{len(outputs)} outputs exceed the limit of {MAX_OUTPUTS} keys",
+            key=None,
+            bound="max-keys",
+        )
+    total = 0
+    for key, value in outputs.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise OutputsError(
+                f"output key {key!r} must match {OUTPUT_KEY_PATTERN}",
+                key=str(key),
+                bound="key-pattern",
+            )
+        if not isinstance(value, str):
+            raise OutputsError(
+                f"output {key!r} must be a string, got {type(value).__name__}",
+                key=key,
+                bound="value-type",
+            )
+        size = len(value.encode("utf-8"))
+        if size > MAX_OUTPUT_VALUE_BYTES:
+            raise OutputsError(
+                f"output {key!r} is {size} bytes, over the limit of {MAX_OUTPUT_VALUE_BYTES} "
+                "bytes per value",
+                key=key,
+                bound="max-value-bytes",
+            )
+        total += len(key.encode("utf-8")) + size
+        if total > MAX_OUTPUTS_TOTAL_BYTES:
+            raise OutputsError(
+                f"outputs exceed the limit of {MAX_OUTPUTS_TOTAL_BYTES} bytes in total "
+                f"(reached at key {key!r})",
+                key=key,
+                bound="max-total-bytes",
+            )
+    return dict(outputs)
+
+
+def parse_outputs_file(data: bytes) -> dict[str, str]:
+    """Parse and validate the ``KEY=VALUE`` lines a task wrote to ``$KRUNTIME_OUTPUTS``.
+
+    Args:
+        data: the file's bytes (UTF-8). A final line without a newline counts; ``\\r\\n`` line
+            ends are accepted.
+
+    Returns:
+        The validated outputs.
+
+    Raises:
+        OutputsError: the file is larger than :data:`MAX_OUTPUTS_FILE_BYTES` (bound
+            ``max-file-bytes``), not UTF-8 (``encoding``), has a line without ``=``
+            (``line-syntax``, naming the line number), or breaks a bound of
+            :func:`validate_outputs`.
+    """
+    if len(data) > MAX_OUTPUTS_FILE_BYTES:
+        raise OutputsError(
+            f"outputs file is {len(data)} bytes, over the limit of {MAX_OUTPUTS_FILE_BYTES}",
+            key=None,
+            bound="max-file-bytes",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise OutputsError(
+            f"outputs file is not UTF-8 (byte {error.start})", key=None, bound="encoding"
+        ) from None
+    outputs: dict[str, str] = {}
+    for number, raw_line in enumerate(text.split("\n"), start=1):
+        line = raw_line.removesuffix("\r")
+        if not line.strip() or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise OutputsError(
+                f"outputs file line {number} is not KEY=VALUE: {line[:80]!r}",
+                key=None,
+                bound="line-syntax",
+            )
+        outputs.pop(key, None)  # a repeated key moves to the end with its newest value
+        outputs[key] = value
+    return validate_outputs(outputs)

@@ -1,0 +1,140 @@
+"""Glue between the HTTP layer and :mod:`localkube.auth`: who is calling, may they do it.
+
+* :class:`StoreRbac` serves the RBAC objects from the store (``auth.rbac.RbacSource``).
+* :class:`Access` authenticates bearer tokens (``auth.authn.BearerAuthenticator``: the
+  admin token and ServiceAccount JWTs) and authorizes requests with ``auth.rbac``.
+* :func:`request_attributes` maps a request onto RBAC's ``RequestAttributes``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from localkube import storage
+from localkube.auth import rbac
+from localkube.auth.authn import BearerAuthenticator, bearer_token
+from localkube.auth.tokens import VerifiedToken
+from localkube.auth.types import Decision, RequestAttributes, UserInfo
+from localkube.errors import ApiError
+
+RBAC = "rbac.authorization.k8s.io"
+PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
+"""Non-resource paths answered without credentials (``system:public-info-viewer``)."""
+
+
+class StoreRbac:
+    """Roles and bindings read from the store (satisfies ``auth.rbac.RbacSource``)."""
+
+    def __init__(self, store: storage.Store) -> None:
+        self.store = store
+
+    def roles(self, namespace: str) -> list[dict[str, Any]]:
+        """Roles in ``namespace``."""
+        return self.store.list(f"{RBAC}/roles", namespace)
+
+    def role_bindings(self, namespace: str) -> list[dict[str, Any]]:
+        """RoleBindings in ``namespace``."""
+        return self.store.list(f"{RBAC}/rolebindings", namespace)
+
+    def cluster_roles(self) -> list[dict[str, Any]]:
+        """All ClusterRoles."""
+        return self.store.list(f"{RBAC}/clusterroles")
+
+    def cluster_role_bindings(self) -> list[dict[str, Any]]:
+        """All ClusterRoleBindings."""
+        return self.store.list(f"{RBAC}/clusterrolebindings")
+
+
+class Access:
+    """Authentication and authorization for one server.
+
+    Args:
+        store: the object store (RBAC objects, ServiceAccounts).
+        authenticator: verifies bearer tokens.
+        wall_time: unix seconds now (injectable for token-expiry tests).
+    """
+
+    def __init__(
+        self,
+        store: storage.Store,
+        authenticator: BearerAuthenticator,
+        *,
+        wall_time: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.authenticator = authenticator
+        self.rbac = StoreRbac(store)
+        self.wall_time = wall_time
+        authority = authenticator.token_authority
+        if authority.sa_exists is None:
+            authority.sa_exists = self._sa_exists
+
+    def _sa_exists(self, namespace: str, name: str, uid: str) -> bool:
+        sa = self.store.get("/serviceaccounts", namespace, name)
+        return sa is not None and (not uid or sa["metadata"].get("uid") == uid)
+
+    def authenticate(self, authorization: str | None, path: str) -> UserInfo:
+        """Return the caller, or the anonymous user for public paths without a token.
+
+        Raises:
+            ApiError: 401 Unauthorized for a missing, expired or forged token.
+        """
+        token = bearer_token(authorization)
+        if token is not None:
+            user = self.authenticator.authenticate(token, now=self.wall_time())
+            if user is not None:
+                return user
+        elif path in PUBLIC_PATHS:
+            return UserInfo("system:anonymous", ("system:unauthenticated",))
+        raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def authorize(self, user: UserInfo, attrs: RequestAttributes) -> Decision:
+        """Evaluate RBAC for ``attrs`` (``system:masters`` may do anything)."""
+        if attrs.path in PUBLIC_PATHS and not attrs.resource_request:
+            return Decision(True, "public info")
+        return rbac.authorize(user, attrs, self.rbac)
+
+    def require(self, user: UserInfo, attrs: RequestAttributes) -> None:
+        """Raise the standard 403 unless ``user`` may do ``attrs``.
+
+        Raises:
+            ApiError: 403 Forbidden with kube-apiserver's message.
+        """
+        decision = self.authorize(user, attrs)
+        if not decision.allowed:
+            raise rbac.forbidden_error(user, attrs, decision.reason)
+
+    def verify(self, token: str, audiences: list[str] | None) -> VerifiedToken | None:
+        """Verify a token for TokenReview (current time bound)."""
+        return self.authenticator.verify(token, now=self.wall_time(), audiences=audiences)
+
+    def rules_for(self, user: UserInfo, namespace: str) -> rbac.UserRules:
+        """List ``user``'s rules in ``namespace`` (SelfSubjectRulesReview)."""
+        return rbac.rules_for(user, namespace, self.rbac)
+
+
+def request_attributes(
+    *,
+    method: str,
+    path: str,
+    verb: str | None,
+    group: str = "",
+    resource: str = "",
+    subresource: str = "",
+    namespace: str = "",
+    name: str = "",
+) -> RequestAttributes:
+    """Build RBAC attributes; ``verb`` None marks a non-resource request (uses ``method``)."""
+    if verb is None:
+        return RequestAttributes(verb=method.lower(), resource_request=False, path=path)
+    return RequestAttributes(
+        verb=verb,
+        api_group=group,
+        resource=resource,
+        subresource=subresource,
+        namespace=namespace,
+        name=name,
+        path=path,
+    )

@@ -1,0 +1,317 @@
+"""Kind-specific admission: namespace checks, CRD lifecycle and custom-object validation.
+
+* Namespaced creates need an existing namespace that is not terminating (404 / 403 as in
+  kube-apiserver's NamespaceLifecycle plugin).
+* Namespaces get ``spec.finalizers: [kubernetes]``.
+* A CustomResourceDefinition is checked (names, scope, one storage version) and each served
+  version's schema is compiled by :class:`localkube.crd.CRDValidator`; a schema or CEL rule
+  it does not support rejects the CRD with 422 naming the construct, rather than serving
+  an unvalidated kind. Its ``status`` (conditions Established/NamesAccepted, acceptedNames,
+  storedVersions) is set here, and its kinds are served from the moment it is stored.
+* A custom object is validated, defaulted and pruned by its version's validator (transition
+  rules get the old object on update); errors answer 422 with field paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from localkube import objects, storage
+from localkube.errors import ApiError, FieldError, invalid
+from localkube.resources import CRDError, ResourceRegistry, ResourceType
+
+CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
+
+
+class ObjectValidator(Protocol):
+    """What admission needs from a CRD version validator (``localkube.crd.CRDValidator``)."""
+
+    def admit(
+        self, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[FieldError]]:
+        """Return the defaulted, pruned object and its validation errors."""
+        ...
+
+
+def _build_validator(schema: dict[str, Any]) -> ObjectValidator:
+    from localkube.crd import CRDValidator
+
+    validator: ObjectValidator = CRDValidator(schema)
+    return validator
+
+
+def _unsupported_schema_error() -> type[Exception]:
+    from localkube import crd
+
+    error: type[Exception] = crd.UnsupportedSchema
+    return error
+
+
+class Admission:
+    """Admission checks and side effects, called by :class:`localkube.handlers.Handlers`.
+
+    Args:
+        store: the object store. registry: served types (CRD kinds are added here).
+    """
+
+    def __init__(self, store: storage.Store, registry: ResourceRegistry) -> None:
+        self.store = store
+        self.registry = registry
+        self._validators: dict[tuple[str, str], tuple[str, ObjectValidator | None]] = {}
+
+    # namespaces -----------------------------------------------------------------
+
+    def check_namespace_open(self, namespace: str) -> None:
+        """Raise unless ``namespace`` exists and is not terminating.
+
+        Raises:
+            ApiError: 404 NotFound (missing), 403 Forbidden (terminating).
+        """
+        ns = self.store.get("/namespaces", "", namespace)
+        if ns is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                details={"name": namespace, "kind": "namespaces"},
+            )
+        if objects.is_deleting(ns):
+            raise ApiError(
+                403,
+                "Forbidden",
+                f"unable to create new content in namespace {namespace} because it is being terminated",
+                details={"name": namespace, "kind": "namespaces"},
+            )
+
+    # CRDs -------------------------------------------------------------------------
+
+    def load_crds(self) -> None:
+        """Serve every stored CRD (at start-up); a CRD that no longer compiles is skipped."""
+        for crd in self.store.list(CRD_KEY):
+            try:
+                self._compile(crd)
+                self.registry.set_crd(crd)
+            except (ApiError, CRDError):
+                continue
+
+    def _compile(self, crd: dict[str, Any]) -> dict[str, ObjectValidator | None]:
+        name = crd.get("metadata", {}).get("name", "")
+        compiled: dict[str, ObjectValidator | None] = {}
+        for index, version in enumerate((crd.get("spec") or {}).get("versions") or []):
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema is None:
+                raise invalid(
+                    "CustomResourceDefinition",
+                    "apiextensions.k8s.io",
+                    name,
+                    [
+                        FieldError(
+                            f"spec.versions[{index}].schema.openAPIV3Schema",
+                            "FieldValueRequired",
+                            "Required value: schemas are required",
+                        )
+                    ],
+                )
+            try:
+                compiled[str(version.get("name"))] = _build_validator(schema)
+            except ImportError:
+                compiled[str(version.get("name"))] = None
+            except Exception as exc:
+                if isinstance(exc, _unsupported_schema_error()):
+                    raise invalid(
+                        "CustomResourceDefinition",
+                        "apiextensions.k8s.io",
+                        name,
+                        [
+                            FieldError(
+                                f"spec.versions[{index}].schema.openAPIV3Schema",
+                                "FieldValueInvalid",
+                                f"Invalid value: {exc}",
+                            )
+                        ],
+                    ) from None
+                raise
+        return compiled
+
+    def _validator(self, rt: ResourceType) -> ObjectValidator | None:
+        crd = self.store.get(CRD_KEY, "", rt.crd_name)
+        if crd is None:
+            return None
+        rv = crd["metadata"]["resourceVersion"]
+        cached = self._validators.get((rt.crd_name, rt.version))
+        if cached is not None and cached[0] == rv:
+            return cached[1]
+        compiled = self._compile(crd)
+        for version, validator in compiled.items():
+            self._validators[(rt.crd_name, version)] = (rv, validator)
+        return compiled.get(rt.version)
+
+    def _crd_status(self, crd: dict[str, Any], old: dict[str, Any] | None) -> None:
+        spec = crd.get("spec") or {}
+        stored = [v.get("name") for v in spec.get("versions") or [] if v.get("storage")]
+        previous = list(((old or {}).get("status") or {}).get("storedVersions") or [])
+        for version in stored:
+            if version not in previous:
+                previous.append(version)
+        now = crd["metadata"].get("creationTimestamp", objects.now_rfc3339())
+        crd["status"] = {
+            "acceptedNames": spec.get("names") or {},
+            "storedVersions": previous,
+            "conditions": [
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": now,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": now,
+                },
+            ],
+        }
+        if objects.is_deleting(crd):
+            crd["status"]["conditions"].append(
+                {
+                    "type": "Terminating",
+                    "status": "True",
+                    "reason": "InstanceDeletionInProgress",
+                    "message": "CustomResource deletion is in progress",
+                    "lastTransitionTime": now,
+                }
+            )
+
+    # hooks ---------------------------------------------------------------------
+
+    def admit(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Validate (and default/prune) an object about to be created or updated.
+
+        Returns:
+            The object to store (possibly a new dict).
+
+        Raises:
+            ApiError: 422 Invalid with field causes.
+        """
+        name = str(obj.get("metadata", {}).get("name", ""))
+        if rt.storage_key == "/namespaces":
+            spec = obj.setdefault("spec", {})
+            if old is None:
+                spec.setdefault("finalizers", ["kubernetes"])
+            else:
+                spec["finalizers"] = (old.get("spec") or {}).get("finalizers", [])
+            return obj
+        if rt.storage_key == CRD_KEY:
+            try:
+                from localkube.resources import types_from_crd
+
+                types_from_crd(obj)
+            except CRDError as exc:
+                raise invalid(
+                    rt.kind,
+                    rt.group,
+                    name,
+                    [FieldError(exc.field, "FieldValueInvalid", exc.message)],
+                ) from None
+            if old is not None:
+                for field in ("group", "scope"):
+                    if (obj.get("spec") or {}).get(field) != (old.get("spec") or {}).get(field):
+                        raise invalid(
+                            rt.kind,
+                            rt.group,
+                            name,
+                            [
+                                FieldError(
+                                    f"spec.{field}",
+                                    "FieldValueInvalid",
+                                    "Invalid value: field is immutable",
+                                )
+                            ],
+                        )
+            self._compile(obj)
+            self._crd_status(obj, old)
+            return obj
+        if rt.crd_name:
+            return self._admit_custom(rt, obj, old)
+        return obj
+
+    def _admit_custom(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        validator = self._validator(rt)
+        if validator is None:
+            return obj
+        admitted, errors = validator.admit(obj, old)
+        if errors:
+            raise invalid(rt.kind, rt.group, str(obj.get("metadata", {}).get("name", "")), errors)
+        # the validator may prune metadata fields it does not know: keep ours
+        admitted["metadata"] = obj["metadata"]
+        admitted["apiVersion"] = obj["apiVersion"]
+        admitted["kind"] = obj["kind"]
+        return admitted
+
+    def admit_status(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Validate a status write (custom objects are validated as a whole).
+
+        Raises:
+            ApiError: 422 Invalid.
+        """
+        if rt.crd_name:
+            return self._admit_custom(rt, obj, old)
+        if rt.storage_key == CRD_KEY:
+            return obj
+        return obj
+
+    def before_write(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        """Last check before the store write (CRD names must not clash).
+
+        Raises:
+            ApiError: 422 when a CRD's plural is already served by another CRD.
+        """
+        if rt.storage_key == CRD_KEY:
+            for served in self.registry.all():
+                spec = obj.get("spec") or {}
+                if (
+                    served.group == spec.get("group")
+                    and served.plural == (spec.get("names") or {}).get("plural")
+                    and served.crd_name != obj["metadata"]["name"]
+                ):
+                    raise invalid(
+                        rt.kind,
+                        rt.group,
+                        obj["metadata"]["name"],
+                        [
+                            FieldError(
+                                "spec.names.plural",
+                                "FieldValueInvalid",
+                                "Invalid value: already served",
+                            )
+                        ],
+                    )
+
+    def after_write(
+        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        """Side effects after a successful write (serve a CRD's kinds)."""
+        if rt.storage_key == CRD_KEY:
+            try:
+                self.registry.set_crd(obj)
+            except CRDError:
+                pass
+
+    def after_delete(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        """Side effects after a deletion (stop serving a CRD's kinds)."""
+        if rt.storage_key == CRD_KEY:
+            name = obj["metadata"]["name"]
+            self.registry.remove_crd(name)
+            for key in [k for k in self._validators if k[0] == name]:
+                del self._validators[key]

@@ -1,0 +1,137 @@
+"""The whole local cluster as one trio process tree: API server, controllers, node, proxy.
+
+Nursery tree (start order = dependency order; each child reports ``started`` once ready)::
+
+    serve_cluster
+      serve_apiserver          HTTPS API (localkube.apiserver), SQLite under the state dir
+      serve_hosts_file         <state-dir>/hosts (Service names, see localkube.names)
+      serve_controllers        Deployment, ReplicaSet, Endpoints/EndpointSlice, ClusterIP
+      serve_proxy              TCP listeners on clusterIP:port
+      serve_node               Node "localkube", Pods as process groups
+
+Everything after the API server talks to it through the Kubernetes API with the admin
+kubeconfig. Cancelling the tree stops every Pod process (SIGTERM, then SIGKILL after
+``ClusterConfig.shutdown_grace`` seconds) and keeps every object, so the next start on the
+same state directory resumes them (see :mod:`localkube.node.podworker`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import trio
+from kr8s.asyncio import Api
+
+from localkube.apiserver import ApiServerConfig, ApiServerHandle, serve_apiserver
+from localkube.controllers import serve_controllers
+from localkube.controllers.kubeapi import Kube
+from localkube.images import ImageTable
+from localkube.names import serve_hosts_file
+from localkube.node.config import NodeConfig
+from localkube.node.kubelet import Kubelet, serve_node
+from localkube.proxy import ServiceProxy, serve_proxy
+
+#: Written once the cluster serves; removed when it stops.
+READY_FILE = "cluster.json"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How to run a local cluster.
+
+    Attributes:
+        state_dir: SQLite store, PKI, kubeconfig, hosts file and Pod roots (created).
+        host, port: API server listen address (port 0: any free port).
+        images_file: YAML/JSON image table overlay (see localkube.images), or None.
+        backoff_initial, backoff_cap: container crash back-off in seconds.
+        shutdown_grace: seconds Pods get between SIGTERM and SIGKILL at shutdown.
+    """
+
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    images_file: Path | None = None
+    backoff_initial: float = 10.0
+    backoff_cap: float = 300.0
+    shutdown_grace: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    """A running cluster.
+
+    Attributes:
+        apiserver: the API server handle (url, kubeconfig_path, ca_pem, admin_token).
+        kube: the admin API client the in-process components share.
+        kubelet: the node. proxy: the Service proxy. hosts_file: the Service name map.
+    """
+
+    apiserver: ApiServerHandle
+    kube: Kube
+    kubelet: Kubelet
+    proxy: ServiceProxy
+    hosts_file: Path
+    state_dir: Path
+
+
+async def serve_cluster(
+    config: ClusterConfig,
+    *,
+    task_status: trio.TaskStatus[ClusterHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the cluster until cancelled.
+
+    Args:
+        config: see :class:`ClusterConfig`.
+        task_status: started with a :class:`ClusterHandle` once every part is serving.
+
+    Raises:
+        localkube.images.ImageTableError: a bad image table file (before anything starts).
+        OSError: the API server cannot bind. Any start-up error of a part.
+    """
+    images = ImageTable.load(config.images_file)
+    state_dir = config.state_dir.resolve()
+    await trio.Path(state_dir).mkdir(parents=True, exist_ok=True)
+    ready_file = trio.Path(state_dir / READY_FILE)
+    try:
+        async with trio.open_nursery() as nursery:
+            api: ApiServerHandle = await nursery.start(
+                serve_apiserver,
+                ApiServerConfig(state_dir=state_dir, host=config.host, port=config.port),
+            )
+            url = urlsplit(api.url)
+            kube = Kube(await Api(kubeconfig=str(api.kubeconfig_path), bypass_factory=True))
+            hosts_file = state_dir / "hosts"
+            await nursery.start(serve_hosts_file, kube, hosts_file)
+            await nursery.start(serve_controllers, kube)
+            proxy: ServiceProxy = await nursery.start(serve_proxy, kube)
+            ca = api.ca_pem.decode() if isinstance(api.ca_pem, bytes) else str(api.ca_pem)
+            node_config = NodeConfig(
+                state_dir=state_dir,
+                apiserver_host=url.hostname or config.host,
+                apiserver_port=url.port or 443,
+                ca_pem=ca,
+                images=images,
+                hosts_file=hosts_file,
+                backoff_initial=config.backoff_initial,
+                backoff_cap=config.backoff_cap,
+                shutdown_grace=config.shutdown_grace,
+            )
+            kubelet: Kubelet = await nursery.start(serve_node, kube, node_config)
+            await ready_file.write_text(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "url": api.url,
+                        "kubeconfig": str(api.kubeconfig_path),
+                    }
+                )
+            )
+            task_status.started(ClusterHandle(api, kube, kubelet, proxy, hosts_file, state_dir))
+    finally:
+        with trio.CancelScope(shield=True):
+            await ready_file.unlink(missing_ok=True)

@@ -1,0 +1,406 @@
+"""``x-kubernetes-validations`` rules: compiled at CRD create, evaluated at admission.
+
+Each rule is compiled once (:func:`compile_rules`) into a :class:`CompiledRule`. At
+admission :func:`evaluate_rules` walks the new object together with the old one and
+evaluates every rule where its value exists, with ``self`` bound to that value. A rule that
+mentions ``oldSelf`` is a *transition rule*: it runs only on update and only when the old
+object has a value at the same place (correlated through object properties, map keys and
+``x-kubernetes-list-type: map`` keys), unless ``optionalOldSelf: true`` makes ``oldSelf``
+an optional that is empty on create. Transition rules below atomic or set lists cannot be
+correlated and are rejected at CRD create, as Kubernetes does.
+
+A failing rule becomes a field error exactly as kube-apiserver builds it: the field is the
+value's path (plus the rule's ``fieldPath``), the bad value is the schema type
+(``Invalid value: "string": ...``), the detail is the evaluated ``messageExpression``, else
+``message``, else ``failed rule: <rule>``, and ``reason`` picks ``Forbidden``,
+``Required value``, ``Duplicate value`` or ``Invalid value``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from celpy import celtypes
+from celpy.evaluation import CELEvalError
+
+from localkube.crd import _fielderrors as fe
+from localkube.crd._cel_compile import CheckedExpression, compile_expression
+from localkube.crd._cel_library import OptionalValue
+from localkube.crd._cel_values import Memo, to_cel
+from localkube.crd._fielderrors import UnsupportedSchema
+from localkube.crd._schema import SchemaNode
+from localkube.errors import FieldError
+
+REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
+MAX_MESSAGE_EXPRESSION_CHARS = 5000
+_FIELD_PATH_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\['((?:[^'\\]|\\.)*)'\]")
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    """One compiled ``x-kubernetes-validations`` entry.
+
+    Attributes:
+        rule: the CEL text (used in default messages).
+        expression: the compiled rule.
+        message: the static ``message`` (may be empty).
+        message_expression: the compiled ``messageExpression`` or None.
+        reason: the field error cause type for failures.
+        field_path: ``fieldPath`` split into segments (``(name, is_map_key)``).
+        optional_old_self: whether ``oldSelf`` is an optional.
+    """
+
+    rule: str
+    expression: CheckedExpression
+    message: str
+    message_expression: CheckedExpression | None
+    reason: str
+    field_path: tuple[tuple[str, bool], ...]
+    optional_old_self: bool
+
+    @property
+    def is_transition(self) -> bool:
+        """Whether the rule (or its messageExpression) uses ``oldSelf``."""
+        return self.expression.uses_old_self
+
+
+def compile_rules(node: SchemaNode, *, correlatable: bool = True, root: bool = True) -> None:
+    """Compile the rules of ``node`` and every node below it, in place.
+
+    Args:
+        node: a parsed schema tree.
+        correlatable: whether old values can be matched to values at ``node``.
+
+    Raises:
+        UnsupportedSchema: a rule does not compile, uses something unsupported, has a bad
+            ``reason``/``fieldPath``/``optionalOldSelf``, is a transition rule where old
+            values cannot be correlated, or sits inside allOf/anyOf/oneOf/not.
+    """
+    node.rules = [
+        _compile_rule(
+            raw, node, f"{node.path}.x-kubernetes-validations[{index}]", correlatable, root
+        )
+        for index, raw in enumerate(node.raw_rules)
+    ]
+    for child in node.properties.values():
+        compile_rules(child, correlatable=correlatable, root=False)
+    if isinstance(node.additional, SchemaNode):
+        compile_rules(node.additional, correlatable=correlatable, root=False)
+    if node.items is not None:
+        compile_rules(node.items, correlatable=correlatable and node.list_type == "map", root=False)
+    for junctor in (*node.all_of, *node.any_of, *node.one_of, *([node.not_] if node.not_ else [])):
+        _forbid_rules_in_junctor(junctor)
+
+
+def _forbid_rules_in_junctor(node: SchemaNode) -> None:
+    if node.raw_rules:
+        raise UnsupportedSchema(
+            f"{node.path}.x-kubernetes-validations",
+            "x-kubernetes-validations inside allOf, anyOf, oneOf or not are not supported",
+        )
+    for child in (*node.properties.values(), *([node.items] if node.items else [])):
+        _forbid_rules_in_junctor(child)
+
+
+def _compile_rule(
+    raw: Any, node: SchemaNode, path: str, correlatable: bool, root: bool
+) -> CompiledRule:
+    if not isinstance(raw, dict):
+        raise UnsupportedSchema(path, "must be an object with a rule")
+    text = raw.get("rule")
+    if not isinstance(text, str):
+        raise UnsupportedSchema(f"{path}.rule", "Required value")
+    optional = raw.get("optionalOldSelf") is True
+    expression = compile_expression(
+        text, f"{path}.rule", optional_old_self=optional, node=node, root=root
+    )
+    if optional and not expression.uses_old_self:
+        raise UnsupportedSchema(
+            f"{path}.optionalOldSelf", "Forbidden: may not be set if oldSelf is not used in rule"
+        )
+    if expression.uses_old_self and not correlatable:
+        raise UnsupportedSchema(
+            f"{path}.rule",
+            "Forbidden: oldSelf cannot be used on the uncorrelatable portion of the schema"
+            " (below a list that is not x-kubernetes-list-type: map)",
+        )
+    message = raw.get("message", "")
+    if not isinstance(message, str) or "\n" in message or "\r" in message:
+        raise UnsupportedSchema(
+            f"{path}.message", "Invalid value: message must be a string without line breaks"
+        )
+    message_expression = None
+    if raw.get("messageExpression"):
+        source = raw["messageExpression"]
+        if not isinstance(source, str):
+            raise UnsupportedSchema(f"{path}.messageExpression", "must be a string")
+        message_expression = compile_expression(
+            source, f"{path}.messageExpression", optional_old_self=optional, node=node, root=root
+        )
+        if message_expression.uses_old_self and not expression.uses_old_self:
+            raise UnsupportedSchema(
+                f"{path}.messageExpression",
+                "Forbidden: oldSelf may only be used in messageExpression of a transition rule",
+            )
+    reason = raw.get("reason") or "FieldValueInvalid"
+    if reason not in REASONS:
+        supported = ", ".join(f'"{r}"' for r in REASONS)
+        raise UnsupportedSchema(
+            f"{path}.reason", f'Unsupported value: "{reason}": supported values: {supported}'
+        )
+    field_path = _parse_field_path(raw.get("fieldPath") or "", node, f"{path}.fieldPath")
+    return CompiledRule(
+        rule=text,
+        expression=expression,
+        message=message.strip(),
+        message_expression=message_expression,
+        reason=reason,
+        field_path=field_path,
+        optional_old_self=optional,
+    )
+
+
+def _parse_field_path(text: str, node: SchemaNode, path: str) -> tuple[tuple[str, bool], ...]:
+    """Split a rule's ``fieldPath`` (``.a.b``, ``['x.y']``) and check it names a field."""
+    if not text:
+        return ()
+    segments: list[tuple[str, bool]] = []
+    position = 0
+    current: SchemaNode | None = node
+    while position < len(text):
+        match = _FIELD_PATH_PART.match(text, position)
+        if match is None or current is None:
+            raise UnsupportedSchema(
+                path, f"Invalid value: {fe.go_quote(text)}: fieldPath must be a valid path"
+            )
+        name = (
+            match.group(1)
+            if match.group(1) is not None
+            else re.sub(r"\\(.)", r"\1", match.group(2))
+        )
+        position = match.end()
+        if name in current.properties:
+            segments.append((name, False))
+            current = current.properties[name]
+        elif isinstance(current.additional, SchemaNode):
+            segments.append((name, True))
+            current = current.additional
+        else:
+            raise UnsupportedSchema(
+                path,
+                f"Invalid value: {fe.go_quote(text)}: fieldPath must be a valid path: does not refer to a valid field",
+            )
+    return tuple(segments)
+
+
+def child_path(path: str, name: str) -> str:
+    """``field.Path.Child``: ``spec`` + ``x`` = ``spec.x`` (the root path is empty)."""
+    return f"{path}.{name}" if path else name
+
+
+def evaluate_rules(
+    new: Any, old: Any, has_old: bool, node: SchemaNode, *, root: bool = True
+) -> list[FieldError]:
+    """Evaluate every compiled rule below ``node`` on ``new`` (and ``old`` for transitions).
+
+    Args:
+        new: the pruned, defaulted, schema-valid object.
+        old: the stored object on update (ignored when ``has_old`` is False).
+        has_old: whether this is an update with an old object.
+        node: the root schema node with compiled rules.
+        root: whether ``new`` is the object root.
+
+    Returns:
+        Field errors for failing rules and rule evaluation errors, in schema order.
+    """
+    errors: list[FieldError] = []
+    _Walker(errors).walk(new, old, has_old, node, "", root=root)
+    return errors
+
+
+class _Walker:
+    """One admission's rule walk; holds the errors and the CEL conversion caches."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        self.memo: Memo = {}
+        self.old_memo: Memo = {}
+
+    def walk(
+        self,
+        value: Any,
+        old: Any,
+        has_old: bool,
+        node: SchemaNode,
+        path: str,
+        *,
+        root: bool = False,
+    ) -> None:
+        _walk(self, value, old, has_old, node, path, root=root)
+
+
+def _walk(
+    walker: _Walker,
+    value: Any,
+    old: Any,
+    has_old: bool,
+    node: SchemaNode,
+    path: str,
+    *,
+    root: bool = False,
+) -> None:
+    if node.rules:
+        _run_rules(walker, value, old, has_old, node, path, root=root)
+    if isinstance(value, dict):
+        old_map: dict[str, Any] = old if has_old and isinstance(old, dict) else {}
+        for key, child in node.properties.items():
+            if key in value and not (root and key in ("apiVersion", "kind", "metadata")):
+                present = key in old_map
+                _walk(walker, value[key], old_map.get(key), present, child, child_path(path, key))
+        if isinstance(node.additional, SchemaNode):
+            for key, item in value.items():
+                if key in node.properties:
+                    continue
+                present = key in old_map
+                _walk(
+                    walker,
+                    item,
+                    old_map.get(key),
+                    present,
+                    node.additional,
+                    f"{path}[{key}]",
+                )
+    elif isinstance(value, list) and node.items is not None:
+        old_items = _correlate(value, old, has_old, node)
+        for index, item in enumerate(value):
+            present, old_item = old_items[index]
+            _walk(walker, item, old_item, present, node.items, f"{path}[{index}]")
+
+
+def _correlate(
+    value: list[Any], old: Any, has_old: bool, node: SchemaNode
+) -> list[tuple[bool, Any]]:
+    missing = [(False, None)] * len(value)
+    if not has_old or node.list_type != "map" or not isinstance(old, list):
+        return missing
+    keys = node.list_map_keys
+    by_key: dict[str, Any] = {}
+    for item in old:
+        if isinstance(item, dict):
+            by_key.setdefault(repr([item.get(k) for k in keys]), item)
+    result: list[tuple[bool, Any]] = []
+    for item in value:
+        if isinstance(item, dict):
+            key = repr([item.get(k) for k in keys])
+            result.append((key in by_key, by_key.get(key)))
+        else:
+            result.append((False, None))
+    return result
+
+
+def _run_rules(
+    walker: _Walker, value: Any, old: Any, has_old: bool, node: SchemaNode, path: str, *, root: bool
+) -> None:
+    self_value: Any = None
+    old_value: Any = None
+    converted = old_converted = False
+    for rule in node.rules:
+        if rule.is_transition and not has_old and not rule.optional_old_self:
+            continue
+        if not converted:
+            self_value = to_cel(value, node, root=root, memo=walker.memo)
+            converted = True
+        activation: dict[str, Any] = {"self": self_value}
+        if rule.is_transition:
+            if not old_converted:
+                old_value = to_cel(old, node, root=root, memo=walker.old_memo) if has_old else None
+                old_converted = True
+            activation["oldSelf"] = (
+                OptionalValue(old_value, present=has_old) if rule.optional_old_self else old_value
+            )
+        error = _evaluate(rule, activation, node, path)
+        if error is not None:
+            walker.errors.append(error)
+
+
+def _run(expression: CheckedExpression, activation: dict[str, Any]) -> Any:
+    try:
+        result = expression.program.evaluate(activation)
+    except CELEvalError as exc:
+        return exc
+    except Exception as exc:  # cel-python raises plain Python errors for some bad operands
+        return CELEvalError(f"no such overload: {exc}", TypeError, exc.args)
+    return result
+
+
+def _error_text(error: CELEvalError) -> str:
+    kind = error.args[1] if len(error.args) > 1 else None
+    detail = error.args[2] if len(error.args) > 2 else None
+    if kind is KeyError:
+        key = (
+            detail[0]
+            if isinstance(detail, tuple) and detail
+            else str(error.args[0]).rsplit(":", 1)[-1].strip(" '")
+        )
+        return f"no such key: {key}"
+    if kind is ZeroDivisionError:
+        return "division by zero"
+    if kind is IndexError:
+        return "index out of bounds"
+    if kind is ValueError and "overflow" in str(error.args[0]):
+        return "integer overflow"
+    return str(error.args[0]) if error.args else "evaluation error"
+
+
+def _evaluate(
+    rule: CompiledRule, activation: dict[str, Any], node: SchemaNode, path: str
+) -> FieldError | None:
+    result = _run(rule.expression, activation)
+    target = path
+    for name, is_key in rule.field_path:
+        target = f"{target}[{name}]" if is_key else child_path(target, name)
+    field = target or fe.ROOT_FIELD
+    type_name = node.type or ""
+    if isinstance(result, CELEvalError):
+        text = _error_text(result)
+        if text.startswith("no such overload"):
+            detail = (
+                f"'{text}': call arguments did not match a supported operator, function or macro"
+                f" signature for rule: {rule.rule.strip()}"
+            )
+        else:
+            detail = f"{text} evaluating rule: {rule.rule.strip()}"
+        return fe.invalid(field, type_name, detail)
+    if not isinstance(result, celtypes.BoolType | bool):
+        return fe.invalid(
+            field,
+            type_name,
+            f"rule did not evaluate to a bool evaluating rule: {rule.rule.strip()}",
+        )
+    if bool(result):
+        return None
+    detail = _message(rule, activation)
+    if rule.reason == "FieldValueForbidden":
+        return fe.forbidden(field, detail)
+    if rule.reason == "FieldValueRequired":
+        return fe.required(field, detail)
+    if rule.reason == "FieldValueDuplicate":
+        return fe.duplicate(field, type_name)
+    return fe.invalid(field, type_name, detail)
+
+
+def _message(rule: CompiledRule, activation: dict[str, Any]) -> str:
+    if rule.message_expression is not None:
+        produced = _run(rule.message_expression, activation)
+        if (
+            isinstance(produced, str)
+            and produced.strip()
+            and "\n" not in produced
+            and len(produced) <= MAX_MESSAGE_EXPRESSION_CHARS
+        ):
+            return str(produced).strip()
+    if rule.message:
+        return rule.message
+    return f"failed rule: {rule.rule.strip()}"

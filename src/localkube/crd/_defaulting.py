@@ -1,0 +1,61 @@
+"""Defaulting and null handling for custom resources, in kube-apiserver's order.
+
+For every object node: a property that is missing, or ``null`` while its schema is not
+``nullable``, gets a deep copy of the property's ``default``; then every present value is
+defaulted recursively (so defaults inside a freshly defaulted object, inside existing
+nested objects, map values and array items all apply). Finally a ``null`` property or map
+value whose schema is not nullable and has no default is dropped, as Kubernetes prunes
+such nulls before validation (a required field then reports ``Required value``).
+Defaults are applied in place on the already-copied object produced by pruning.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from localkube.crd._schema import SchemaNode
+
+ENVELOPE = frozenset({"apiVersion", "kind", "metadata"})
+
+
+def apply_defaults(value: Any, node: SchemaNode, *, root: bool = False) -> None:
+    """Apply defaults below ``value`` (a dict or list) in place; scalars are left alone.
+
+    Args:
+        value: the pruned copy of the object or one of its parts.
+        node: the schema node for ``value``.
+        root: whether ``value`` is the whole object (``apiVersion``, ``kind`` and
+            ``metadata`` are then left alone).
+    """
+    if isinstance(value, dict):
+        _default_object(value, node, skip=ENVELOPE if root else frozenset())
+    elif isinstance(value, list) and node.items is not None:
+        items = node.items
+        for index, item in enumerate(value):
+            if item is None and items.has_default and not items.nullable:
+                value[index] = copy.deepcopy(items.default)
+            apply_defaults(value[index], items)
+
+
+def _default_object(value: dict[str, Any], node: SchemaNode, *, skip: frozenset[str]) -> None:
+    for key, child in node.properties.items():
+        if key in skip:
+            continue
+        if child.has_default and (key not in value or (value[key] is None and not child.nullable)):
+            value[key] = copy.deepcopy(child.default)
+    additional = node.additional if isinstance(node.additional, SchemaNode) else None
+    for key in list(value):
+        if key in skip:
+            continue
+        child_node = node.properties.get(key, additional)
+        if child_node is None:
+            continue
+        item = value[key]
+        if item is None:
+            if child_node.has_default and not child_node.nullable:
+                value[key] = copy.deepcopy(child_node.default)
+            elif not child_node.nullable:
+                del value[key]
+                continue
+        apply_defaults(value[key], child_node)

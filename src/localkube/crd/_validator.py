@@ -1,0 +1,117 @@
+"""``CRDValidator``: admission of custom resources against one CRD version's schema."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from localkube.crd import _fielderrors as fe
+from localkube.crd._cel_rules import compile_rules, evaluate_rules
+from localkube.crd._defaulting import apply_defaults
+from localkube.crd._pruning import prune
+from localkube.crd._schema import SchemaNode, parse_schema
+from localkube.crd._values import validate_value
+from localkube.errors import FieldError
+
+BLOCKING_REASONS = frozenset(
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
+)
+"""Schema errors after which kube-apiserver skips CEL rules (``hasBlockingErr``)."""
+
+SKIPPED_RULES_MESSAGE = (
+    "some validation rules were not checked because the object was invalid;"
+    " correct the existing errors to complete validation"
+)
+
+
+class CRDValidator:
+    """Prune, default and validate custom resources for one CRD version.
+
+    Build one per served CRD version when the CRD is created or updated; everything that
+    can be decided from the schema alone (structural checks, CEL compilation) happens here,
+    so :meth:`admit` only walks the object.
+
+    Args:
+        schema: the version's ``schema.openAPIV3Schema`` (a JSON object). It is copied;
+            later changes to the dict do not affect the validator.
+
+    Raises:
+        UnsupportedSchema: the schema is not structural, uses ``uniqueItems: true`` or an
+            unsupported keyword, has an invalid default, or a ``x-kubernetes-validations``
+            rule does not compile or uses an unsupported CEL function, macro or construct
+            (see :mod:`localkube.crd._cel_compile`). The message names the schema path.
+    """
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self._root: SchemaNode = parse_schema(copy.deepcopy(schema))
+        compile_rules(self._root)
+        _check_defaults(self._root)
+
+    @property
+    def root(self) -> SchemaNode:
+        """The parsed schema tree (read-only use)."""
+        return self._root
+
+    def admit(
+        self, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], list[FieldError]]:
+        """Prune unknown fields, apply defaults and validate ``obj``.
+
+        Implements the custom resource handling of kube-apiserver for create (``old`` is
+        None) and update (``old`` is the stored object, used by transition rules).
+
+        Args:
+            obj: the decoded request body (any JSON value is tolerated; a non-object gets a
+                type error). It is not modified.
+            old: the current stored object on update, else None.
+
+        Returns:
+            ``(new_object, errors)``: a new, pruned and defaulted object, and the field
+            errors (empty when the object is valid). Never raises for bad input.
+        """
+        node = self._root
+        new_obj: Any = prune(obj, node, root=True)
+        apply_defaults(new_obj, node, root=True)
+        errors = validate_value(new_obj, node, "", root=True)
+        if any(e.reason in BLOCKING_REASONS for e in errors):
+            if _has_rules(node):
+                errors.append(fe.invalid(fe.ROOT_FIELD, None, SKIPPED_RULES_MESSAGE))
+        else:
+            errors.extend(evaluate_rules(new_obj, old, old is not None, node))
+        return new_obj, errors
+
+
+def _has_rules(node: SchemaNode) -> bool:
+    if node.rules:
+        return True
+    children = [*node.properties.values()]
+    if isinstance(node.additional, SchemaNode):
+        children.append(node.additional)
+    if node.items is not None:
+        children.append(node.items)
+    return any(_has_rules(c) for c in children)
+
+
+def _check_defaults(node: SchemaNode) -> None:
+    """Reject defaults that would not survive pruning or fail their own schema."""
+    if node.has_default:
+        pruned = prune(node.default, node)
+        if pruned != node.default:
+            raise fe.UnsupportedSchema(
+                f"{node.path}.default", "Invalid value: must not have unknown fields"
+            )
+        errors = validate_value(node.default, node, "default")
+        if errors:
+            raise fe.UnsupportedSchema(f"{node.path}.default", "; ".join(str(e) for e in errors))
+    for child in node.properties.values():
+        _check_defaults(child)
+    if isinstance(node.additional, SchemaNode):
+        _check_defaults(node.additional)
+    if node.items is not None:
+        _check_defaults(node.items)

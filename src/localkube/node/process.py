@@ -1,0 +1,150 @@
+"""Container processes: one process group per container run, with pid files.
+
+Each container runs as the leader of a new session (``start_new_session``), so the
+container and everything it spawns form one process group that the node signals as a
+whole: ``SIGTERM`` to the group, then ``SIGKILL`` to the group after the grace period. The
+pid file (``<pod-root>/run/<container>.pid``) records pid, process group and the process's
+start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), so a later
+``krt dev down`` or node start can kill a group left behind by a crashed node without ever
+signalling a reused pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+
+def start_ticks(pid: int) -> int | None:
+    """Return the start time of ``pid`` in clock ticks since boot, or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) may contain spaces and parentheses: split after the last ')'
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19])
+
+
+def alive(pid: int, ticks: int | None) -> bool:
+    """Whether ``pid`` is alive, not a zombie, and (if ``ticks`` given) the same process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if fields[0] == "Z":
+        return False
+    return ticks is None or int(fields[19]) == ticks
+
+
+def group_members(pgid: int) -> list[int]:
+    """Return the live (non-zombie) pids whose process group is ``pgid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to process group ``pgid``; return False if the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    """What a pid file holds. ``start_ticks`` guards against pid reuse."""
+
+    pid: int
+    pgid: int
+    start_ticks: int | None
+
+    def write(self, path: Path) -> None:
+        """Write the record to ``path`` (atomic rename)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.__dict__))
+        tmp.replace(path)
+
+    @classmethod
+    def read(cls, path: Path) -> PidRecord | None:
+        """Read a pid file; None if missing or unreadable."""
+        try:
+            raw = json.loads(path.read_text())
+            return cls(int(raw["pid"]), int(raw["pgid"]), raw.get("start_ticks"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def leader_alive(self) -> bool:
+        """Whether the recorded process (same start time) still runs."""
+        return alive(self.pid, self.start_ticks)
+
+
+def kill_leftover_groups(pod_roots_dir: Path) -> list[int]:
+    """SIGKILL every container process group recorded under ``pod_roots_dir`` that is alive.
+
+    Used at node start and by ``krt dev down`` after the node process is gone. A group is
+    killed only if its recorded leader is still the same process (start time matches);
+    groups whose leader exited but members remain are found by process group id only if
+    the leader's pid is not reused by another group leader.
+
+    Returns:
+        The process group ids signalled.
+    """
+    killed: list[int] = []
+    if not pod_roots_dir.is_dir():
+        return killed
+    for pid_file in pod_roots_dir.glob("*/run/*.pid"):
+        rec = PidRecord.read(pid_file)
+        if rec is None:
+            continue
+        if rec.leader_alive() or (not alive(rec.pgid, None) and group_members(rec.pgid)):
+            if signal_group(rec.pgid, signal.SIGKILL):
+                killed.append(rec.pgid)
+        pid_file.unlink(missing_ok=True)
+    return killed
+
+
+async def open_container_process(
+    argv: list[str], *, env: Mapping[str, str], cwd: Path
+) -> trio.Process:
+    """Start ``argv`` as the leader of a new process group with stdout/stderr piped.
+
+    Args:
+        argv: program and arguments; a bare program name is looked up on ``env["PATH"]``.
+        env: the complete environment of the process.
+        cwd: working directory.
+
+    Raises:
+        OSError: if the program cannot be executed (FileNotFoundError, PermissionError).
+    """
+    return await trio.lowlevel.open_process(
+        argv,
+        env=dict(env),
+        cwd=str(cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )

@@ -1,0 +1,472 @@
+"""The warm Bash worker of one registration (seed 002, "Built-in Runtime Requirements").
+
+Design. One long-lived ``bash`` process per registration runs the fixed script ``driver.sh``
+in the registered working directory, in a session (and process group) of its own. At start
+it sources the handler file once and checks the function with ``declare -F``; then it serves
+invocations over its stdin/stdout:
+
+* request (server to worker, stdin): ``LENGTH\\n`` then exactly LENGTH payload bytes. The
+  driver reads them with ``read -r -N LENGTH`` (under ``LC_ALL=C``, so LENGTH counts bytes)
+  into a variable and calls ``"$function" "$payload"``: the payload is data from end to end;
+  neither it nor the handler is ever evaluated as shell source or spliced into a command
+  string.
+* the call runs in a subshell (one fork per invocation): variables, ``cd`` and traps set by
+  one invocation do not leak into the next, while functions and variables defined when the
+  file was sourced stay warm. Its stdin is ``/dev/null``; its stdout and stderr go to two
+  files in a private scratch directory, so output is byte-exact (no trailing-newline
+  stripping, NUL bytes kept) and a background process left behind cannot hold the reply open.
+* reply (worker to server, stdout): ``done STATUS\\n`` once the subshell has exited. The server
+  then reads stdout (the output, at most 1 MiB) and the tail of stderr (64 KiB, logged as JSON
+  lines keyed by run UID and invocation ID, never returned as output).
+
+Registration failures (missing file, ``bash -n`` syntax error, a failing or exiting top level,
+no such function) become :class:`RegistrationFailed` with a bounded summary. A non-zero
+function status is an :class:`InvocationError` naming the status and a bounded stderr tail; the
+worker stays warm. Cancellation (timeout, drain deadline, caller gone) SIGKILLs the worker's
+whole process group before it propagates, so nothing the function started survives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from servers.bash.handler import BashHandler
+from servers.bash.payload import check_input, output_content_type
+from servers.common import limits
+from servers.common.adapter import (
+    InvalidInput,
+    InvocationError,
+    InvokeResult,
+    RegistrationFailed,
+)
+
+log = logging.getLogger("servers.bash")
+
+#: the fixed worker script (shipped as package data next to this module).
+DRIVER_SCRIPT: Final = Path(__file__).with_name("driver.sh")
+#: largest function stdout returned as output, in bytes (the gateway's request limit).
+MAX_OUTPUT_BYTES: Final = 1024 * 1024
+#: how much of the end of a function's stderr is logged per invocation, in bytes.
+STDERR_LOG_TAIL_BYTES: Final = 64 * 1024
+#: how much of the end of stderr goes into an error message, in bytes.
+ERROR_TAIL_BYTES: Final = 2048
+#: protocol replies are short ("ready", "done 0"); anything longer is a broken worker.
+_MAX_REPLY_BYTES: Final = 64
+
+
+def _bounded(text: str, limit: int = limits.MAX_ERROR_TEXT_BYTES) -> str:
+    """Cut ``text`` to at most ``limit`` UTF-8 bytes, keeping the end (the newest detail)."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= limit:
+        return text
+    return "..." + data[-(limit - 3) :].decode("utf-8", errors="ignore")
+
+
+def _tail_text(data: bytes, limit: int = ERROR_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of ``data`` as stripped text (invalid UTF-8 replaced)."""
+    tail = data[-limit:].decode("utf-8", errors="replace").strip()
+    return ("..." + tail) if len(data) > limit else tail
+
+
+def _read_head(path: Path, limit: int) -> tuple[bytes, int]:
+    """Return the first ``limit`` bytes of ``path`` and its size in bytes."""
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        return f.read(limit), size
+
+
+def _read_tail(path: Path, limit: int) -> tuple[bytes, int]:
+    """Return the last ``limit`` bytes of ``path`` and its size; a missing file is empty."""
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - limit))
+            return f.read(limit), size
+    except FileNotFoundError:
+        return b"", 0
+
+
+def _status_text(status: int) -> str:
+    """``"status 1"``, or ``"status 137 (128 + SIGKILL)"`` for a signal death."""
+    if status > 128:
+        try:
+            return f"status {status} (128 + {signal.Signals(status - 128).name})"
+        except ValueError:
+            pass
+    return f"status {status}"
+
+
+def log_stderr(data: bytes, size: int, *, run_uid: str, invocation_id: str | None) -> None:
+    """Log a stderr tail, one record per line, keyed by run UID and invocation ID.
+
+    Args:
+        data: the kept tail of stderr.
+        size: the full stderr size in bytes (more than ``len(data)`` when the head was
+            dropped; a record says how much).
+        run_uid: the Run UID.
+        invocation_id: the invocation, or None for output of the handler file's top level.
+    """
+    if not data:
+        return
+    fields = {"run_uid": run_uid, "invocation_id": invocation_id, "stream": "stderr"}
+    if size > len(data):
+        log.info("[%d earlier bytes of stderr not logged]", size - len(data), extra=fields)
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        log.info("%s", line, extra=fields)
+
+
+class _ReplyReader:
+    """Reads the worker's newline-terminated replies from its stdout pipe."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+
+    async def aclose(self) -> None:
+        """Close the pipe."""
+        await self._stream.aclose()
+
+    async def line(self) -> str | None:
+        """Return the next reply line without its newline, or None at end of file.
+
+        Raises:
+            InvocationError: the reply is longer than 64 bytes (``WorkerProtocolError``).
+        """
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                reply = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                return reply.decode("ascii", errors="replace")
+            if len(self._buffer) > _MAX_REPLY_BYTES:
+                raise InvocationError(
+                    "WorkerProtocolError", f"unexpected worker reply {bytes(self._buffer)!r}"
+                )
+            chunk = await self._stream.receive_some(4096)
+            if not chunk:
+                return None
+            self._buffer += chunk
+
+
+class BashWorker:
+    """A warm ``bash`` process serving one registration's invocations (see module docstring).
+
+    Create it with :func:`start_bash_worker`. ``invoke`` calls never overlap (the shared
+    layer guarantees one in-flight invocation per registration).
+    """
+
+    def __init__(
+        self,
+        *,
+        process: trio.Process,
+        scratch: Path,
+        handler: BashHandler,
+        run_uid: str,
+    ) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self._process = process
+        self._stdin = process.stdin
+        self._replies = _ReplyReader(process.stdout)
+        self._scratch = scratch
+        self._handler = handler
+        self._run_uid = run_uid
+        self._killed = False
+        self._closed = False
+
+    @property
+    def pid(self) -> int:
+        """The worker's process ID, which is also its process group and session ID."""
+        return self._process.pid
+
+    @property
+    def scratch_dir(self) -> Path:
+        """The private directory holding this worker's stdout/stderr files (removed by aclose)."""
+        return self._scratch
+
+    @property
+    def alive(self) -> bool:
+        """False once the worker exited or was killed."""
+        return not self._killed and self._process.returncode is None
+
+    def _kill(self) -> None:
+        """SIGKILL the worker's whole process group (the worker and all it started)."""
+        self._killed = True
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    async def _stop_after_failure(self, invocation_id: str | None) -> int:
+        """Kill the group, reap the worker and log what the function wrote to stderr.
+
+        Shielded: it runs while a cancellation is propagating. Returns the worker's exit
+        status (negative for a signal).
+        """
+        self._kill()
+        with trio.CancelScope(shield=True):
+            status = await self._process.wait()
+            data, size = await trio.to_thread.run_sync(
+                _read_tail, self._scratch / "err", STDERR_LOG_TAIL_BYTES
+            )
+        log_stderr(data, size, run_uid=self._run_uid, invocation_id=invocation_id)
+        return status
+
+    async def handshake(self) -> None:
+        """Wait for the driver's verdict on the handler file (registration).
+
+        Raises:
+            RegistrationFailed: the file's top level failed or exited, or the function is
+                not defined; the message carries a bounded tail of the worker's stderr.
+        """
+        try:
+            reply = await self._replies.line()
+        except InvocationError as exc:
+            raise RegistrationFailed(_bounded(exc.message)) from None
+        data, size = await trio.to_thread.run_sync(
+            _read_tail, self._scratch / "worker.log", STDERR_LOG_TAIL_BYTES
+        )
+        script = self._handler.script
+        detail = _tail_text(data)
+        suffix = f": {detail}" if detail else ""
+        if reply == "ready":
+            log_stderr(data, size, run_uid=self._run_uid, invocation_id=None)
+            return
+        if reply == "no-function":
+            raise RegistrationFailed(
+                _bounded(
+                    f"{script} does not define a function named {self._handler.function!r}"
+                    f" (checked with declare -F){suffix}"
+                )
+            )
+        if reply is not None and reply.startswith("source-failed "):
+            status = reply.removeprefix("source-failed ")
+            raise RegistrationFailed(
+                _bounded(f"sourcing {script} returned status {status}{suffix}")
+            )
+        status_code = await self._process.wait()
+        raise RegistrationFailed(
+            _bounded(
+                f"the bash worker exited with status {status_code} while sourcing {script}{suffix}"
+            )
+        )
+
+    async def invoke(
+        self, payload: bytes, *, content_type: str, invocation_id: str
+    ) -> InvokeResult:
+        """Call the function once with ``payload`` as its one argument.
+
+        Args:
+            payload: the input bytes (at most 1 MiB, no NUL byte; valid JSON when
+                ``content_type`` is JSON or empty).
+            content_type: the input's content type.
+            invocation_id: for the structured stderr log.
+
+        Returns:
+            The function's stdout (at most 1 MiB) and its content type.
+
+        Raises:
+            InvalidInput: see :func:`servers.bash.payload.check_input`; the worker is
+                untouched.
+            InvocationError: ``ExitStatus`` (non-zero status, worker stays warm),
+                ``OutputTooLarge`` (stdout over 1 MiB, worker stays warm), ``WorkerExited``
+                (the worker died; ``alive`` is False) or ``WorkerProtocolError``.
+            trio.Cancelled: after the worker's process group was killed.
+        """
+        check_input(payload, content_type=content_type)
+        if not self.alive:
+            raise InvocationError("WorkerExited", "the bash worker is not running")
+        try:
+            return await self._exchange(payload, invocation_id)
+        except (InvalidInput, InvocationError):
+            raise
+        except BaseException:
+            await self._stop_after_failure(invocation_id)
+            raise
+
+    async def _exchange(self, payload: bytes, invocation_id: str) -> InvokeResult:
+        try:
+            await self._stdin.send_all(b"%d\n" % len(payload) + payload)
+            reply = await self._replies.line()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            reply = None
+        except InvocationError:
+            await self._stop_after_failure(invocation_id)
+            raise
+        if reply is None or not reply.startswith("done "):
+            returncode = await self._stop_after_failure(invocation_id)
+            if reply is None:
+                raise InvocationError(
+                    "WorkerExited",
+                    f"the bash worker exited with status {returncode} during the invocation",
+                )
+            raise InvocationError("WorkerProtocolError", f"unexpected worker reply {reply!r}")
+        try:
+            status = int(reply.removeprefix("done "))
+        except ValueError:
+            await self._stop_after_failure(invocation_id)
+            raise InvocationError(
+                "WorkerProtocolError", f"unexpected worker reply {reply!r}"
+            ) from None
+        # Read on the event loop, deliberately: both files were just written by the subshell
+        # (page cache), are bounded (1 MiB head, 64 KiB tail) and a thread hop measured 0.5 ms,
+        # a third of a whole invocation on the reference machine.
+        output, output_size, err, err_size = self._read_results()
+        log_stderr(err, err_size, run_uid=self._run_uid, invocation_id=invocation_id)
+        function = self._handler.function
+        if status != 0:
+            tail = _tail_text(err)
+            raise InvocationError(
+                "ExitStatus",
+                _bounded(
+                    f"function {function} exited with {_status_text(status)}"
+                    + (f"; stderr tail: {tail}" if tail else "; stderr was empty")
+                ),
+            )
+        if output_size > MAX_OUTPUT_BYTES:
+            raise InvocationError(
+                "OutputTooLarge",
+                f"function {function} wrote {output_size} bytes to stdout; the limit is"
+                f" {MAX_OUTPUT_BYTES} bytes",
+            )
+        return InvokeResult(output=output, content_type=output_content_type(output))
+
+    def _read_results(self) -> tuple[bytes, int, bytes, int]:
+        """Read the output head and stderr tail of the finished invocation."""
+        output, output_size = _read_head(self._scratch / "out", MAX_OUTPUT_BYTES)
+        err, err_size = _read_tail(self._scratch / "err", STDERR_LOG_TAIL_BYTES)
+        return output, output_size, err, err_size
+
+    async def aclose(self) -> None:
+        """Kill the worker's process group, reap it and delete its scratch directory.
+
+        Idempotent; shielded from cancellation (it only waits for a SIGKILLed process).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._kill()
+        with trio.CancelScope(shield=True):
+            await self._stdin.aclose()
+            await self._replies.aclose()
+            await self._process.wait()
+            await trio.to_thread.run_sync(_remove_tree, self._scratch)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def locate_script(working_dir: Path, script: Path) -> Path:
+    """Resolve the handler file beneath ``working_dir``.
+
+    Args:
+        working_dir: the registered working directory.
+        script: the handler's ``.sh`` path relative to it.
+
+    Returns:
+        The absolute, symlink-free path of the file.
+
+    Raises:
+        RegistrationFailed: the file is missing, not a regular file, or resolves (through a
+            symlink) outside the working directory.
+    """
+    root = Path(os.path.realpath(working_dir))
+    resolved = Path(os.path.realpath(root / script))
+    if not resolved.is_relative_to(root):
+        raise RegistrationFailed(f"handler file {script} resolves outside the working directory")
+    if not resolved.exists():
+        raise RegistrationFailed(f"handler file {script} not found in the working directory")
+    if not resolved.is_file():
+        raise RegistrationFailed(f"handler file {script} is not a regular file")
+    return resolved
+
+
+async def check_syntax(*, bash: str, script: Path, shown_as: Path, env: Mapping[str, str]) -> None:
+    """Run ``bash -n`` on the handler file.
+
+    Raises:
+        RegistrationFailed: bash reported a syntax error (its bounded message included).
+    """
+    result = await trio.run_process(
+        [bash, "-n", "--", str(script)],
+        stdin=subprocess.DEVNULL,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=dict(env),
+    )
+    if result.returncode != 0:
+        detail = _tail_text(result.stderr + result.stdout)
+        raise RegistrationFailed(_bounded(f"syntax error in {shown_as} (bash -n): {detail}"))
+
+
+async def start_bash_worker(
+    *,
+    bash: str,
+    working_dir: Path,
+    handler: BashHandler,
+    env: Mapping[str, str],
+    run_uid: str,
+) -> BashWorker:
+    """Start a warm worker with ``handler`` sourced and checked (registration).
+
+    Args:
+        bash: the bash executable (absolute path).
+        working_dir: the registered working directory (exists).
+        handler: the parsed ``file.function`` handler.
+        env: the worker's complete environment.
+        run_uid: for structured logs.
+
+    Returns:
+        A ready worker; the caller owns it and must ``aclose`` it.
+
+    Raises:
+        RegistrationFailed: missing file, syntax error, failing top level, missing function,
+            or bash could not be started.
+    """
+    script = await trio.to_thread.run_sync(locate_script, working_dir, Path(handler.script))
+    await check_syntax(bash=bash, script=script, shown_as=Path(handler.script), env=env)
+    scratch = Path(await trio.to_thread.run_sync(tempfile.mkdtemp, "", "krt-bash-"))
+    try:
+        log_fd = os.open(scratch / "worker.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            process = await trio.lowlevel.open_process(
+                [
+                    bash,
+                    "--noprofile",
+                    "--norc",
+                    str(DRIVER_SCRIPT),
+                    str(script),
+                    handler.function,
+                    str(scratch),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_fd,
+                cwd=working_dir,
+                env=dict(env),
+                start_new_session=True,
+            )
+        finally:
+            os.close(log_fd)
+    except OSError as exc:
+        await trio.to_thread.run_sync(_remove_tree, scratch)
+        raise RegistrationFailed(_bounded(f"could not start bash ({bash}): {exc}")) from None
+    worker = BashWorker(process=process, scratch=scratch, handler=handler, run_uid=run_uid)
+    try:
+        await worker.handshake()
+    except BaseException:
+        await worker.aclose()
+        raise
+    return worker

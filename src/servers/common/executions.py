@@ -1,0 +1,363 @@
+"""One-shot task executions of the base ``Runtime`` service (seed 003, DESIGN "Wire contracts").
+
+Each execution is one process in its own process group (``start_new_session``), so a
+timeout or Cancel reaches everything the task started. stdout and stderr are drained
+concurrently into :class:`~servers.common.bounded.BoundedBuffer` (1 MiB each). The
+environment is exactly the request's ``env`` plus a minimal PATH and HOME: the server's own
+environment (and its secrets) never leaks into a task.
+
+Executions are keyed by the caller's immutable ID (runtimed uses the Run UID). A finished
+execution stays until Forget so runtimed can read its result (seed 003, "Retry").
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from servers.common import limits
+from servers.common.adapter import FunctionAdapter
+from servers.common.bounded import BoundedBuffer
+from servers.common.errors import (
+    already_exists,
+    failed_precondition,
+    invalid_argument,
+    not_found,
+)
+from servers.common.validation import (
+    resolve_working_dir,
+    validate_entrypoint,
+    validate_env,
+    validate_id,
+)
+
+log = logging.getLogger("servers.executions")
+
+#: PATH given to tasks and workers unless ``env`` sets one.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: after the process exits, how long its pipes may stay open (held by orphans) before we
+#: stop reading them (seconds).
+_PIPE_DRAIN_SECONDS = 2.0
+
+
+def minimal_env(env: Mapping[str, str], *, home: Path) -> dict[str, str]:
+    """Return ``env`` plus PATH and HOME defaults, and nothing from the server's environment.
+
+    Args:
+        env: validated request environment; its PATH/HOME win over the defaults.
+        home: the default HOME (the working directory).
+    """
+    return {"PATH": DEFAULT_PATH, "HOME": str(home), **env}
+
+
+class ExecutionState(enum.IntEnum):
+    """Values equal ``executor.v1.ExecutionState``."""
+
+    PENDING = 1
+    RUNNING = 2
+    SUCCEEDED = 3
+    FAILED = 4
+
+
+@dataclass(frozen=True)
+class ExecuteRequest:
+    """The fields of executor.v1.ExecuteRequest, as plain Python values."""
+
+    id: str
+    args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_seconds: int = 0
+    working_dir: str = ""
+    entrypoint: str = ""
+    handler: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutionStatus:
+    """A snapshot of one execution (executor.v1.StatusResponse)."""
+
+    id: str
+    state: ExecutionState
+    exit_code: int
+    stdout: str
+    stderr: str
+    error_message: str
+
+
+@dataclass
+class _Execution:
+    id: str
+    argv: list[str]
+    cwd: Path
+    env: dict[str, str]
+    timeout_seconds: int
+    state: ExecutionState = ExecutionState.PENDING
+    exit_code: int = 0
+    error_message: str = ""
+    stdout: BoundedBuffer = field(default_factory=BoundedBuffer)
+    stderr: BoundedBuffer = field(default_factory=BoundedBuffer)
+    cancel_requested: trio.Event = field(default_factory=trio.Event)
+    finished: trio.Event = field(default_factory=trio.Event)
+
+    def snapshot(self) -> ExecutionStatus:
+        return ExecutionStatus(
+            id=self.id,
+            state=self.state,
+            exit_code=self.exit_code,
+            stdout=self.stdout.text(),
+            stderr=self.stderr.text(),
+            error_message=self.error_message,
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in (ExecutionState.SUCCEEDED, ExecutionState.FAILED)
+
+
+class ExecutionManager:
+    """Runs and tracks task executions.
+
+    Args:
+        adapter: builds the task argv for the language.
+        work_dir: the server's work dir; working dirs must lie under it.
+        nursery: runs the executions; it must outlive the manager.
+        cancel_grace_seconds: SIGTERM-to-SIGKILL grace period for Cancel (seconds).
+    """
+
+    def __init__(
+        self,
+        adapter: FunctionAdapter,
+        *,
+        work_dir: Path,
+        nursery: trio.Nursery,
+        cancel_grace_seconds: float = limits.CANCEL_GRACE_SECONDS,
+    ) -> None:
+        self._adapter = adapter
+        self._work_dir = work_dir
+        self._nursery = nursery
+        self._grace = cancel_grace_seconds
+        self._executions: dict[str, _Execution] = {}
+
+    def _prepare(self, req: ExecuteRequest) -> _Execution:
+        exec_id = validate_id("id", req.id)
+        if exec_id in self._executions:
+            raise already_exists(f"execution {exec_id} already exists")
+        if req.timeout_seconds < 0:
+            raise invalid_argument(f"timeout_seconds must be >= 0, got {req.timeout_seconds}")
+        env = validate_env(req.env)
+        entrypoint = validate_entrypoint(req.entrypoint)
+        default = self._work_dir / exec_id
+        cwd = resolve_working_dir(
+            self._work_dir, req.working_dir, default=default, field="working_dir"
+        )
+        if entrypoint:
+            target = Path(os.path.realpath(cwd / entrypoint))
+            if cwd not in target.parents:
+                raise invalid_argument(
+                    f"entrypoint {entrypoint!r} resolves outside the working dir {cwd}"
+                )
+        if any("\0" in a for a in req.args):
+            raise invalid_argument("args contain a NUL byte")
+        try:
+            argv = self._adapter.task_argv(entrypoint=entrypoint, args=list(req.args))
+        except ValueError as exc:
+            raise invalid_argument(str(exc)) from None
+        if req.working_dir and not cwd.is_dir():
+            raise invalid_argument(f"working_dir {str(cwd)!r} is not an existing directory")
+        return _Execution(
+            id=exec_id,
+            argv=argv,
+            cwd=cwd,
+            env=minimal_env(env, home=cwd),
+            timeout_seconds=req.timeout_seconds,
+        )
+
+    def execute(self, req: ExecuteRequest) -> str:
+        """Validate and start an execution; it runs in the background.
+
+        Returns:
+            The execution ID.
+
+        Raises:
+            ContractError: INVALID_ARGUMENT (id, env, entrypoint, args, working dir,
+                timeout), ALREADY_EXISTS for a duplicate ID.
+        """
+        execution = self._prepare(req)
+        if not req.working_dir:
+            try:
+                execution.cwd.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise failed_precondition(
+                    f"cannot create working dir {execution.cwd}: {exc.strerror}"
+                ) from None
+        self._executions[execution.id] = execution
+        self._nursery.start_soon(self._run, execution)
+        return execution.id
+
+    def status(self, exec_id: str) -> ExecutionStatus:
+        """Return a snapshot of one execution.
+
+        Raises:
+            ContractError: NOT_FOUND for an unknown ID.
+        """
+        return self._get(exec_id).snapshot()
+
+    def list(self) -> list[ExecutionStatus]:
+        """Return snapshots of every known execution, in start order."""
+        return [e.snapshot() for e in self._executions.values()]
+
+    def cancel(self, exec_id: str) -> None:
+        """Request termination (SIGTERM to the group, SIGKILL after the grace period).
+
+        Cancelling a finished execution does nothing.
+
+        Raises:
+            ContractError: NOT_FOUND for an unknown ID.
+        """
+        execution = self._get(exec_id)
+        if not execution.terminal:
+            execution.cancel_requested.set()
+
+    def forget(self, exec_id: str) -> None:
+        """Drop a finished execution.
+
+        Raises:
+            ContractError: NOT_FOUND for an unknown ID; FAILED_PRECONDITION while it is
+                pending or running.
+        """
+        execution = self._get(exec_id)
+        if not execution.terminal:
+            raise failed_precondition(
+                f"execution {exec_id} is {execution.state.name}; cancel it before forgetting it"
+            )
+        del self._executions[exec_id]
+
+    async def wait(self, exec_id: str) -> ExecutionStatus:
+        """Wait until the execution is terminal and return its snapshot (tests, demo)."""
+        execution = self._get(exec_id)
+        await execution.finished.wait()
+        return execution.snapshot()
+
+    def _get(self, exec_id: str) -> _Execution:
+        try:
+            return self._executions[exec_id]
+        except KeyError:
+            raise not_found(f"execution {exec_id} not found") from None
+
+    async def _run(self, execution: _Execution) -> None:
+        fields = {"execution_id": execution.id}
+        try:
+            await self._run_process(execution)
+        finally:
+            execution.finished.set()
+            log.info(
+                "execution finished",
+                extra={
+                    **fields,
+                    "state": execution.state.name,
+                    "exit_code": execution.exit_code,
+                    "error": execution.error_message,
+                },
+            )
+
+    async def _run_process(self, execution: _Execution) -> None:
+        if execution.cancel_requested.is_set():
+            execution.state = ExecutionState.FAILED
+            execution.error_message = "cancelled before it started"
+            return
+        try:
+            process = await trio.lowlevel.open_process(
+                execution.argv,
+                cwd=str(execution.cwd),
+                env=execution.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            execution.state = ExecutionState.FAILED
+            execution.exit_code = -1
+            execution.error_message = f"failed to start {execution.argv[0]!r}: {exc}"
+            return
+        execution.state = ExecutionState.RUNNING
+        outcome = ""
+        try:
+            async with trio.open_nursery() as nursery:
+                assert process.stdout is not None
+                assert process.stderr is not None
+                nursery.start_soon(_drain, process.stdout, execution.stdout)
+                nursery.start_soon(_drain, process.stderr, execution.stderr)
+                timeout = execution.timeout_seconds or math.inf
+                with trio.move_on_after(timeout) as deadline:
+                    async with trio.open_nursery() as inner:
+                        inner.start_soon(self._watch_cancel, execution, process, inner.cancel_scope)
+                        await process.wait()
+                        inner.cancel_scope.cancel()
+                if deadline.cancelled_caught:
+                    outcome = f"timed out after timeout_seconds={execution.timeout_seconds}s"
+                    _signal_group(process, signal.SIGKILL)
+                    await process.wait()
+                elif execution.cancel_requested.is_set():
+                    outcome = "cancelled"
+                # the group dies with its leader: no orphan outlives the execution.
+                _signal_group(process, signal.SIGKILL)
+                # orphans may hold the pipes open: read what is there, then stop.
+                nursery.cancel_scope.deadline = trio.current_time() + _PIPE_DRAIN_SECONDS
+        finally:
+            if process.returncode is None:
+                _signal_group(process, signal.SIGKILL)
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+        code = process.returncode
+        assert code is not None
+        execution.exit_code = code
+        if outcome:
+            execution.state = ExecutionState.FAILED
+            execution.error_message = outcome
+        elif code == 0:
+            execution.state = ExecutionState.SUCCEEDED
+        else:
+            execution.state = ExecutionState.FAILED
+            execution.error_message = (
+                f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            )
+
+    async def _watch_cancel(
+        self, execution: _Execution, process: trio.Process, scope: trio.CancelScope
+    ) -> None:
+        await execution.cancel_requested.wait()
+        _signal_group(process, signal.SIGTERM)
+        with trio.move_on_after(self._grace):
+            await process.wait()
+        if process.returncode is None:
+            _signal_group(process, signal.SIGKILL)
+
+    async def aclose(self) -> None:
+        """Kill every running execution's process group (server shutdown)."""
+        for execution in self._executions.values():
+            if not execution.terminal:
+                execution.cancel_requested.set()
+
+
+def _signal_group(process: trio.Process, sig: signal.Signals) -> None:
+    """Send ``sig`` to the process group led by ``process`` (ignore a vanished group)."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+async def _drain(stream: trio.abc.ReceiveStream, buffer: BoundedBuffer) -> None:
+    async with stream:
+        while chunk := await stream.receive_some(65536):
+            buffer.write(bytes(chunk))

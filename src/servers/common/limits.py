@@ -1,0 +1,33 @@
+"""Bounds of the Runtime Server contract, in one place (seed 000 "Invoke Contract", seed 002).
+
+Sizes are bytes, durations seconds unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: stdout and stderr of a task execution are each kept to this many bytes.
+TASK_OUTPUT_LIMIT_BYTES: Final = 1024 * 1024
+#: appended (within the limit) when task output was cut.
+TRUNCATION_MARKER: Final = "\n[... output truncated by the Runtime Server: limit is 1 MiB ...]\n"
+#: execution IDs and Run UIDs are path components: at most this many bytes.
+MAX_ID_BYTES: Final = 128
+#: invocation IDs (seed 000, "Invoke Contract").
+MAX_INVOCATION_ID_BYTES: Final = 128
+#: timeout_millis == 0 means this bounded default (seed 002, "Invocation Semantics").
+DEFAULT_INVOKE_TIMEOUT_SECONDS: Final = 30.0
+#: fatal_error and error details carry at most this many bytes of diagnostic text.
+MAX_ERROR_TEXT_BYTES: Final = 4096
+#: Cancel sends SIGTERM, then SIGKILL after this grace period.
+CANCEL_GRACE_SECONDS: Final = 5.0
+#: environment bounds for Execute and RegisterFunction.
+MAX_ENV_ENTRIES: Final = 512
+MAX_ENV_BYTES: Final = 256 * 1024
+#: outputs bounds (the bounded Run outputs rules, seed 000 / seed 002).
+MAX_OUTPUTS: Final = 64
+MAX_OUTPUT_KEY_CHARS: Final = 63
+MAX_OUTPUT_VALUE_BYTES: Final = 4 * 1024
+MAX_OUTPUTS_TOTAL_BYTES: Final = 16 * 1024
+#: invocation input accepted by a Runtime Server (the gateway enforces 1 MiB; allow framing slack).
+MAX_INVOKE_INPUT_BYTES: Final = 1024 * 1024

@@ -1,0 +1,180 @@
+"""Validation of request fields shared by Execute and RegisterFunction.
+
+Every function here either returns a normalised value or raises
+:class:`~servers.common.errors.ContractError` (INVALID_ARGUMENT) naming the field and the
+limit that was broken; none has side effects, so a rejected request leaves no partial state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+
+from servers.common import limits
+from servers.common.errors import invalid_argument
+
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIGEST_RE = re.compile(r"(sha256:)?[0-9a-f]{64}")
+_OUTPUT_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,63}")
+
+
+def validate_id(field: str, value: str) -> str:
+    """Check an execution ID or Run UID, which is also used as a directory name.
+
+    Args:
+        field: the request field name, for the error message.
+        value: non-empty, at most 128 bytes, ``[A-Za-z0-9][A-Za-z0-9._-]*``.
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        ContractError: INVALID_ARGUMENT naming ``field`` and the broken rule.
+    """
+    if not value:
+        raise invalid_argument(f"{field} is required")
+    if len(value.encode()) > limits.MAX_ID_BYTES:
+        raise invalid_argument(f"{field} is longer than {limits.MAX_ID_BYTES} bytes")
+    if not _ID_RE.fullmatch(value):
+        raise invalid_argument(
+            f"{field} {value!r} must start with a letter or digit and contain only"
+            " letters, digits, '.', '_' and '-'"
+        )
+    return value
+
+
+def validate_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Check an environment map (variable names, NUL bytes, size).
+
+    Args:
+        env: names ``[A-Za-z_][A-Za-z0-9_]*``; values without NUL; at most 512 entries and
+            256 KiB in total.
+
+    Returns:
+        A plain dict copy.
+
+    Raises:
+        ContractError: INVALID_ARGUMENT naming the offending variable or limit.
+    """
+    if len(env) > limits.MAX_ENV_ENTRIES:
+        raise invalid_argument(f"env has {len(env)} entries; the limit is {limits.MAX_ENV_ENTRIES}")
+    total = 0
+    for name, value in env.items():
+        if not _ENV_NAME_RE.fullmatch(name):
+            raise invalid_argument(f"env name {name!r} is not a valid variable name")
+        if "\0" in value:
+            raise invalid_argument(f"env {name} contains a NUL byte")
+        total += len(name.encode()) + len(value.encode()) + 2
+    if total > limits.MAX_ENV_BYTES:
+        raise invalid_argument(f"env is {total} bytes; the limit is {limits.MAX_ENV_BYTES}")
+    return dict(env)
+
+
+def validate_digest(value: str) -> str:
+    """Check a registration digest: lowercase SHA-256 hex, optionally prefixed ``sha256:``.
+
+    Raises:
+        ContractError: INVALID_ARGUMENT when empty or malformed (seed 002, "Registration
+            Identity").
+    """
+    if not value:
+        raise invalid_argument("registration_digest is required")
+    if not _DIGEST_RE.fullmatch(value):
+        raise invalid_argument(
+            "registration_digest must be a lowercase SHA-256 hex digest (64 characters,"
+            " optionally prefixed 'sha256:')"
+        )
+    return value
+
+
+def resolve_working_dir(work_dir: Path, value: str, *, default: Path, field: str) -> Path:
+    """Resolve a requested working directory and check it lies under the server's work dir.
+
+    Args:
+        work_dir: the server's ``--work-dir`` (resolved).
+        value: the requested path; absolute, or relative to ``work_dir``; empty means
+            ``default``.
+        default: used when ``value`` is empty (e.g. ``<work-dir>/<id>``).
+        field: request field name for errors.
+
+    Returns:
+        The resolved path (symlinks followed). It is not required to exist here.
+
+    Raises:
+        ContractError: INVALID_ARGUMENT when the path escapes ``work_dir`` or has NUL bytes.
+    """
+    if "\0" in value:
+        raise invalid_argument(f"{field} contains a NUL byte")
+    candidate = (work_dir / value) if value else default
+    resolved = Path(os.path.realpath(candidate))
+    root = Path(os.path.realpath(work_dir))
+    if resolved != root and root not in resolved.parents:
+        raise invalid_argument(f"{field} {value!r} is not under the server's work dir {root}")
+    return resolved
+
+
+def validate_entrypoint(entrypoint: str) -> str:
+    """Check a task entrypoint: a relative path inside the working dir, without ``..``.
+
+    Returns:
+        ``entrypoint`` unchanged (empty is allowed and means "no entrypoint").
+
+    Raises:
+        ContractError: INVALID_ARGUMENT for absolute paths, ``..`` components or NUL bytes.
+    """
+    if not entrypoint:
+        return entrypoint
+    if "\0" in entrypoint:
+        raise invalid_argument("entrypoint contains a NUL byte")
+    path = PurePosixPath(entrypoint)
+    if path.is_absolute():
+        raise invalid_argument(f"entrypoint {entrypoint!r} must be relative to the working dir")
+    if ".." in path.parts:
+        raise invalid_argument(f"entrypoint {entrypoint!r} must not contain '..'")
+    return entrypoint
+
+
+def validate_outputs(outputs: Mapping[str, str]) -> dict[str, str]:
+    """Check structured outputs against the bounded Run outputs rules.
+
+    Args:
+        outputs: keys ``[A-Za-z0-9_.-]{1,63}``, at most 64 entries, string values of at most
+            4 KiB each and 16 KiB in total (UTF-8 bytes).
+
+    Returns:
+        A plain dict copy.
+
+    Raises:
+        ValueError: naming the key or limit that was broken.
+    """
+    if len(outputs) > limits.MAX_OUTPUTS:
+        raise ValueError(f"outputs has {len(outputs)} entries; the limit is {limits.MAX_OUTPUTS}")
+    total = 0
+    for key, value in outputs.items():
+        if not isinstance(key, str) or not _OUTPUT_KEY_RE.fullmatch(key):
+            raise ValueError(f"outputs key {key!r} must match [A-Za-z0-9_.-]{{1,63}}")
+        if not isinstance(value, str):
+            raise ValueError(f"outputs[{key!r}] must be a string, not {type(value).__name__}")
+        size = len(value.encode())
+        if size > limits.MAX_OUTPUT_VALUE_BYTES:
+            raise ValueError(
+                f"outputs[{key!r}] is {size} bytes; the limit is {limits.MAX_OUTPUT_VALUE_BYTES}"
+            )
+        total += size
+    if total > limits.MAX_OUTPUTS_TOTAL_BYTES:
+        raise ValueError(
+            f"outputs total {total} bytes; the limit is {limits.MAX_OUTPUTS_TOTAL_BYTES}"
+        )
+    return dict(outputs)
+
+
+def bound_text(text: str, limit_bytes: int = limits.MAX_ERROR_TEXT_BYTES) -> str:
+    """Cut ``text`` to at most ``limit_bytes`` UTF-8 bytes, marking the cut with ``...``."""
+    data = text.encode()
+    if len(data) <= limit_bytes:
+        return text
+    marker = " ...[truncated]"
+    return data[: limit_bytes - len(marker)].decode(errors="ignore") + marker

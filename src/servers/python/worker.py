@@ -1,0 +1,182 @@
+"""The warm worker process: imports one handler once, then serves calls over pipes.
+
+Runs as ``python -c <bootstrap> <handler>`` in the registration's working directory (see
+:mod:`servers.python.adapter`). Kept to the standard library and no trio, so it starts in
+a few tens of milliseconds and stays small.
+
+Pipes: frames arrive on the original stdin and leave on the original stdout (both are
+duplicated to private descriptors first). Descriptor 0 then reads ``/dev/null`` and
+descriptor 1 joins descriptor 2 (the server's stderr), so nothing the handler or its
+children write at the descriptor level can corrupt the protocol. ``sys.stdout`` and
+``sys.stderr`` become line-buffered frame writers: what the handler prints reaches the
+server's structured log, tagged with the Run UID and invocation ID, never the output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from servers.python import framing
+
+_MAX_TEXT = 4000
+
+
+class _Channel:
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self._in = os.fdopen(read_fd, "rb", buffering=0)
+        self._out = write_fd
+
+    def send(self, kind: bytes, payload: bytes = b"") -> None:
+        view = memoryview(framing.encode(kind, payload))
+        while view:
+            view = view[os.write(self._out, view) :]
+
+    def _read_exactly(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self._in.read(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def receive(self) -> tuple[bytes, bytes] | None:
+        header = self._read_exactly(framing.HEADER.size)
+        if header is None:
+            return None
+        (size,) = framing.HEADER.unpack(header)
+        if not 1 <= size <= framing.MAX_FRAME_BYTES:
+            raise SystemExit(f"protocol error: frame of {size} bytes")
+        body = self._read_exactly(size)
+        if body is None:
+            return None
+        return body[:1], body[1:]
+
+
+class _FrameWriter:
+    """A minimal text stream that forwards complete lines as log frames."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, channel: _Channel, kind: bytes) -> None:
+        self._channel = channel
+        self._kind = kind
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            head, _, self._pending = self._pending.rpartition("\n")
+            self._channel.send(self._kind, head.encode("utf-8", "replace"))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            text, self._pending = self._pending, ""
+            self._channel.send(self._kind, text.encode("utf-8", "replace"))
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 2
+
+
+def _summary(exc: BaseException) -> str:
+    """Exception line(s) first, then the innermost frames, within ``_MAX_TEXT`` characters."""
+    only = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = __file__
+    user = [f for f in frames if f.filename != own and not f.filename.startswith("<frozen")]
+    tb = "".join(traceback.format_list(user[-8:])).rstrip()
+    text = only if not tb else f"{only}\nTraceback (most recent call last, innermost frames):\n{tb}"
+    if len(text) > _MAX_TEXT:
+        text = text[: _MAX_TEXT - 15] + " ...[truncated]"
+    return text
+
+
+def _load(handler: str) -> Any:
+    module_name, _, attr = handler.rpartition(".")
+    module = importlib.import_module(module_name)
+    try:
+        function = getattr(module, attr)
+    except AttributeError:
+        raise AttributeError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(function):
+        raise TypeError(f"{handler} is a {type(function).__name__}, not a callable")
+    return function
+
+
+def _call(channel: _Channel, function: Any, payload: bytes) -> None:
+    try:
+        argument = json.loads(payload) if payload else None
+    except ValueError as exc:
+        channel.send(framing.BAD_INPUT, f"input is not valid JSON: {exc}"[:_MAX_TEXT].encode())
+        return
+    try:
+        result = function(argument)
+    except BaseException as exc:  # the handler's failure is this invocation's result
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        _flush()
+        error = {"type": type(exc).__name__, "message": str(exc)[:_MAX_TEXT]}
+        channel.send(framing.ERROR, json.dumps(error).encode())
+        return
+    _flush()
+    try:
+        output = json.dumps(
+            result, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode()
+    except (TypeError, ValueError) as exc:
+        message = f"the return value is not JSON-serialisable: {exc}"[:_MAX_TEXT]
+        channel.send(framing.ERROR, json.dumps({"type": "TypeError", "message": message}).encode())
+        return
+    if isinstance(result, dict) and isinstance(result.get("outputs"), dict):
+        channel.send(framing.OUTPUTS, json.dumps(result["outputs"]).encode())
+    channel.send(framing.RESULT, output)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a handler may have replaced the stream with anything
+            pass
+
+
+def main() -> None:
+    """Load the handler named by ``sys.argv[1]`` and serve calls until stdin closes."""
+    handler = sys.argv[1]
+    channel = _Channel(os.dup(0), os.dup(1))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdout = _FrameWriter(channel, framing.STDOUT)  # type: ignore[assignment]
+    sys.stderr = _FrameWriter(channel, framing.STDERR)  # type: ignore[assignment]
+    if "" in sys.path:
+        sys.path.remove("")
+    sys.path.insert(0, os.getcwd())
+    try:
+        function = _load(handler)
+    except BaseException as exc:
+        _flush()
+        channel.send(framing.LOAD_FAILED, _summary(exc).encode("utf-8", "replace"))
+        raise SystemExit(1) from None
+    _flush()
+    channel.send(framing.READY)
+    while (frame := channel.receive()) is not None:
+        kind, payload = frame
+        if kind == framing.CALL:
+            _call(channel, function, payload)
+    raise SystemExit(0)

@@ -1,0 +1,218 @@
+"""The Python Runtime Server over the wire (purerpc client): both services on one port."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import purerpc
+import pytest
+import trio
+
+from krt.proto.executor.v1 import runtime_pb2 as pb
+from servers.python.adapter import PythonAdapter
+
+HANDLER = """
+    import time
+
+    def handle(event):
+        if event.get("sleep"):
+            time.sleep(event["sleep"])
+        if event.get("raise"):
+            raise KeyError(event["raise"])
+        return {"got": event, "outputs": {"seen": "yes"}}
+"""
+
+
+async def status_code(call: Any) -> purerpc.StatusCode:
+    with pytest.raises(purerpc.RpcFailedError) as excinfo:
+        await call
+    code: purerpc.StatusCode = excinfo.value.status.status_code
+    return code
+
+
+@pytest.fixture
+def fn_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "fn"
+    directory.mkdir()
+    (directory / "handler.py").write_text(textwrap.dedent(HANDLER))
+    return directory
+
+
+async def test_health_and_tasks(start_runtime_server: Callable[..., Any], tmp_path: Path) -> None:
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        health = await server.runtime.Health(pb.HealthRequest())
+        assert health.healthy
+        assert "python" in health.message
+        await server.runtime.Execute(pb.ExecuteRequest(id="t1", args=["-c", "print('hi')"]))
+        assert (
+            await status_code(
+                server.runtime.Execute(pb.ExecuteRequest(id="t1", args=["-c", "pass"]))
+            )
+            == purerpc.StatusCode.ALREADY_EXISTS
+        )
+        with trio.fail_after(5):
+            while True:
+                status = await server.runtime.Status(pb.StatusRequest(id="t1"))
+                if status.state >= pb.EXECUTION_STATE_SUCCEEDED:
+                    break
+                await trio.sleep(0.02)
+        assert status.state == pb.EXECUTION_STATE_SUCCEEDED
+        assert status.stdout == "hi\n"
+        listed = await server.runtime.List(pb.ListRequest())
+        assert [e.id for e in listed.entries] == ["t1"]
+        await server.runtime.Forget(pb.ForgetRequest(id="t1"))
+        for call in (
+            server.runtime.Status(pb.StatusRequest(id="t1")),
+            server.runtime.Cancel(pb.CancelRequest(id="t1")),
+            server.runtime.Forget(pb.ForgetRequest(id="t1")),
+        ):
+            assert await status_code(call) == purerpc.StatusCode.NOT_FOUND
+        assert (
+            await status_code(
+                server.runtime.Execute(pb.ExecuteRequest(id="t2", entrypoint="../x.py"))
+            )
+            == purerpc.StatusCode.INVALID_ARGUMENT
+        )
+        await server.runtime.Execute(
+            pb.ExecuteRequest(id="t3", args=["-c", "import time; time.sleep(30)"])
+        )
+        assert (
+            await status_code(server.runtime.Forget(pb.ForgetRequest(id="t3")))
+            == purerpc.StatusCode.FAILED_PRECONDITION
+        )
+        await server.runtime.Cancel(pb.CancelRequest(id="t3"))
+
+
+async def test_function_lifecycle(
+    start_runtime_server: Callable[..., Any],
+    register_request: Callable[..., pb.RegisterFunctionRequest],
+    fn_dir: Path,
+    tmp_path: Path,
+    fake_clock: Any,
+) -> None:
+    async with start_runtime_server(PythonAdapter(), tmp_path, clock=fake_clock) as server:
+        functions = server.functions
+        registered = await functions.RegisterFunction(register_request())
+        assert registered.state == pb.FUNCTION_REGISTRATION_STATE_READY
+        ref = registered.registration
+        assert ref.run_uid == "run-1"
+        assert ref.registration_id
+        again = await functions.RegisterFunction(register_request())
+        assert again.registration == ref
+        assert (
+            await status_code(
+                functions.RegisterFunction(register_request(registration_digest="c" * 64))
+            )
+            == purerpc.StatusCode.ALREADY_EXISTS
+        )
+
+        status = await functions.FunctionStatus(pb.FunctionStatusRequest(registration=ref))
+        assert status.state == pb.FUNCTION_REGISTRATION_STATE_READY
+        assert status.in_flight == 0
+        assert status.last_activity_unix_nano == fake_clock.now
+        assert status.fatal_error == ""
+
+        response = await functions.InvokeFunction(
+            pb.InvokeFunctionRequest(
+                registration=ref,
+                invocation_id="trace-1",
+                input=json.dumps({"command": "status"}).encode(),
+                content_type="application/json",
+            )
+        )
+        assert response.invocation_id == "trace-1"
+        assert response.registration == ref
+        assert response.content_type == "application/json"
+        assert json.loads(response.output)["got"] == {"command": "status"}
+        assert dict(response.outputs) == {"seen": "yes"}
+
+        generated = await functions.InvokeFunction(
+            pb.InvokeFunctionRequest(registration=ref, input=b"{}", content_type="application/json")
+        )
+        assert len(generated.invocation_id) == 32
+
+        def invoke(**fields: Any) -> Any:
+            return functions.InvokeFunction(
+                pb.InvokeFunctionRequest(
+                    registration=ref, content_type="application/json", **fields
+                )
+            )
+
+        assert await status_code(invoke(input=b'{"raise": "k"}')) == purerpc.StatusCode.UNKNOWN
+        assert await status_code(invoke(input=b"{not json")) == purerpc.StatusCode.INVALID_ARGUMENT
+        assert await status_code(invoke(input=b"{}", invocation_id="x" * 129)) == (
+            purerpc.StatusCode.INVALID_ARGUMENT
+        )
+        assert await status_code(invoke(input=b'{"sleep": 30}', timeout_millis=200)) == (
+            purerpc.StatusCode.DEADLINE_EXCEEDED
+        )
+        # only that invocation failed: READY, and the next one runs on a fresh worker
+        status = await functions.FunctionStatus(pb.FunctionStatusRequest(registration=ref))
+        assert status.state == pb.FUNCTION_REGISTRATION_STATE_READY
+        assert json.loads((await invoke(input=b'{"n": 1}')).output)["got"] == {"n": 1}
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(status_code, invoke(input=b'{"sleep": 30}'))
+            with trio.fail_after(5):
+                while (
+                    await functions.FunctionStatus(pb.FunctionStatusRequest(registration=ref))
+                ).in_flight == 0:
+                    await trio.sleep(0.01)
+            assert await status_code(invoke(input=b"{}")) == purerpc.StatusCode.RESOURCE_EXHAUSTED
+            await functions.UnregisterFunction(
+                pb.UnregisterFunctionRequest(registration=ref, cancel_in_flight=True)
+            )
+        assert (
+            await status_code(functions.FunctionStatus(pb.FunctionStatusRequest(registration=ref)))
+            == purerpc.StatusCode.NOT_FOUND
+        )
+        await functions.UnregisterFunction(pb.UnregisterFunctionRequest(registration=ref))
+
+
+async def test_supersede_and_stale_ids_over_the_wire(
+    start_runtime_server: Callable[..., Any],
+    register_request: Callable[..., pb.RegisterFunctionRequest],
+    fn_dir: Path,
+    tmp_path: Path,
+) -> None:
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        functions = server.functions
+        old = (await functions.RegisterFunction(register_request())).registration
+        new = (
+            await functions.RegisterFunction(register_request(registration_attempt=2))
+        ).registration
+        assert new.registration_id != old.registration_id
+        assert (
+            await status_code(functions.RegisterFunction(register_request(registration_attempt=1)))
+            == purerpc.StatusCode.FAILED_PRECONDITION
+        )
+        for call in (
+            functions.FunctionStatus(pb.FunctionStatusRequest(registration=old)),
+            functions.InvokeFunction(pb.InvokeFunctionRequest(registration=old, input=b"{}")),
+            functions.UnregisterFunction(pb.UnregisterFunctionRequest(registration=old)),
+        ):
+            assert await status_code(call) == purerpc.StatusCode.FAILED_PRECONDITION
+        status = await functions.FunctionStatus(pb.FunctionStatusRequest(registration=new))
+        assert status.state == pb.FUNCTION_REGISTRATION_STATE_READY
+
+
+async def test_registration_failure_reports_fatal_error(
+    start_runtime_server: Callable[..., Any],
+    register_request: Callable[..., pb.RegisterFunctionRequest],
+    fn_dir: Path,
+    tmp_path: Path,
+) -> None:
+    (fn_dir / "broken.py").write_text("import does_not_exist\n")
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        with pytest.raises(purerpc.RpcFailedError) as excinfo:
+            await server.functions.RegisterFunction(register_request(handler="broken.handle"))
+        assert excinfo.value.status.status_code == purerpc.StatusCode.FAILED_PRECONDITION
+        assert "No module named 'does_not_exist'" in excinfo.value.status.status_message
+        assert (
+            await status_code(server.functions.RegisterFunction(register_request(handler="nodots")))
+            == purerpc.StatusCode.INVALID_ARGUMENT
+        )

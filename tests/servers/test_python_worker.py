@@ -1,0 +1,292 @@
+"""The Python adapter's warm worker, with real processes (seed 002 "Built-in Runtime Requirements")."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from servers.common.adapter import InvalidInput, InvocationError, RegistrationFailed
+from servers.python.adapter import PythonAdapter, PythonWorker
+
+
+def write(directory: Path, name: str, source: str) -> Path:
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+HANDLER = """
+    import os, sys, pathlib
+    pathlib.Path("imports.log").open("a").write("imported\\n")
+    CALLS = 0
+
+    def handle(event):
+        global CALLS
+        CALLS += 1
+        if isinstance(event, dict) and "op" in event:
+            op = event["op"]
+            if op == "print":
+                print("printed to stdout", event.get("n"))
+                print("printed to stderr", file=sys.stderr)
+                os.write(1, b"raw fd write\\n")
+                return {"ok": True}
+            if op == "raise":
+                raise ValueError("bad value " + "x" * event.get("pad", 0))
+            if op == "object":
+                return object()
+            if op == "nan":
+                return float("nan")
+            if op == "sleep":
+                import time; time.sleep(event["seconds"])
+            if op == "env":
+                return dict(os.environ)
+            if op == "outputs":
+                return {"result": 1, "outputs": event["outputs"]}
+            if op == "stdin":
+                return sys.stdin.read()
+            if op == "exit":
+                os._exit(3)
+        return {"calls": CALLS, "event": event}
+"""
+
+
+@pytest.fixture
+def fn_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "fn"
+    write(directory, "handler.py", HANDLER)
+    return directory
+
+
+@pytest.fixture
+async def worker(fn_dir: Path) -> AsyncIterator[PythonWorker]:
+    started = await PythonAdapter().start_worker(
+        working_dir=fn_dir, handler="handler.handle", env={"MY_VAR": "1"}, run_uid="run-1"
+    )
+    assert isinstance(started, PythonWorker)
+    try:
+        yield started
+    finally:
+        await started.aclose()
+
+
+async def call(worker: PythonWorker, event: object, invocation_id: str = "inv-1") -> object:
+    result = await worker.invoke(
+        json.dumps(event).encode(), content_type="application/json", invocation_id=invocation_id
+    )
+    assert result.content_type == "application/json"
+    return json.loads(result.output)
+
+
+async def test_json_in_json_out_with_state_kept_between_calls(
+    worker: PythonWorker, fn_dir: Path
+) -> None:
+    assert await call(worker, {"a": [1, "é", None]}) == {"calls": 1, "event": {"a": [1, "é", None]}}
+    assert await call(worker, 7) == {"calls": 2, "event": 7}
+    assert (fn_dir / "imports.log").read_text() == "imported\n"
+
+
+async def test_large_and_unicode_payloads_round_trip(worker: PythonWorker) -> None:
+    text = '"quotes" $(x) `y` \n é ✓ ' * 40_000  # ~1 MiB of awkward characters
+    result = await call(worker, {"text": text})
+    assert result == {"calls": 1, "event": {"text": text}}
+
+
+async def test_dotted_package_handler(tmp_path: Path) -> None:
+    write(tmp_path, "pkg/__init__.py", "")
+    write(tmp_path, "pkg/sub/__init__.py", "")
+    write(
+        tmp_path, "pkg/sub/mod.py", "def fn(event):\n    return {'from': __name__, 'got': event}\n"
+    )
+    worker = await PythonAdapter().start_worker(
+        working_dir=tmp_path, handler="pkg.sub.mod.fn", env={}, run_uid="r"
+    )
+    try:
+        assert isinstance(worker, PythonWorker)
+        assert await call(worker, 1) == {"from": "pkg.sub.mod", "got": 1}
+    finally:
+        await worker.aclose()
+
+
+@pytest.mark.parametrize(
+    ("files", "handler", "fragments"),
+    [
+        ({}, "missing.handle", ["ModuleNotFoundError", "No module named 'missing'"]),
+        ({"bad.py": "def handle(:\n"}, "bad.handle", ["SyntaxError", "bad.py", "line 1"]),
+        ({"m.py": "x = 1\n"}, "m.handle", ["AttributeError", "has no attribute 'handle'"]),
+        ({"m.py": "handle = 42\n"}, "m.handle", ["TypeError", "m.handle is a int, not a callable"]),
+        (
+            {"m.py": "def helper():\n    raise RuntimeError('boom at import')\nhelper()\n"},
+            "m.handle",
+            ["RuntimeError: boom at import", "m.py", "line 2", "in helper"],
+        ),
+        ({"m.py": "import sys\nsys.exit(4)\n"}, "m.handle", ["SystemExit: 4"]),
+    ],
+)
+async def test_load_failures_fail_the_registration_with_a_summary(
+    tmp_path: Path, files: dict[str, str], handler: str, fragments: list[str]
+) -> None:
+    for name, source in files.items():
+        write(tmp_path, name, source)
+    with pytest.raises(RegistrationFailed) as excinfo:
+        await PythonAdapter().start_worker(
+            working_dir=tmp_path, handler=handler, env={}, run_uid="r"
+        )
+    summary = str(excinfo.value)
+    assert summary.startswith(f"cannot load handler {handler}: ")
+    for fragment in fragments:
+        assert fragment in summary
+    assert "servers/python/worker.py" not in summary
+
+
+async def test_load_failure_summary_is_bounded(tmp_path: Path) -> None:
+    write(tmp_path, "m.py", "raise ValueError('x' * 100000)\n")
+    with pytest.raises(RegistrationFailed) as excinfo:
+        await PythonAdapter().start_worker(working_dir=tmp_path, handler="m.f", env={}, run_uid="r")
+    assert len(str(excinfo.value).encode()) <= 4096
+
+
+async def test_handler_exception_is_an_invocation_error_and_worker_survives(
+    worker: PythonWorker,
+) -> None:
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": "raise"})
+    assert excinfo.value.error_type == "ValueError"
+    assert excinfo.value.message == "bad value "
+    assert worker.alive
+    assert await call(worker, 1) == {"calls": 2, "event": 1}
+
+
+async def test_handler_exception_message_is_bounded(worker: PythonWorker) -> None:
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": "raise", "pad": 100_000})
+    assert len(excinfo.value.message.encode()) <= 4096
+
+
+@pytest.mark.parametrize("op", ["object", "nan"])
+async def test_non_json_return_value_is_an_invocation_error(worker: PythonWorker, op: str) -> None:
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": op})
+    assert "not JSON-serialisable" in excinfo.value.message
+    assert worker.alive
+
+
+async def test_invalid_json_and_content_type_are_invalid_input(worker: PythonWorker) -> None:
+    with pytest.raises(InvalidInput, match="not valid JSON"):
+        await worker.invoke(b"{nope", content_type="application/json", invocation_id="i")
+    with pytest.raises(InvalidInput, match="content_type 'text/plain'"):
+        await worker.invoke(b"{}", content_type="text/plain", invocation_id="i")
+    result = await worker.invoke(
+        b'"x"', content_type="application/json; charset=utf-8", invocation_id="i"
+    )
+    assert json.loads(result.output) == {"calls": 1, "event": "x"}
+
+
+async def test_prints_go_to_the_structured_log_not_the_output(
+    worker: PythonWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="servers")
+    assert await call(worker, {"op": "print", "n": 5}, invocation_id="inv-42") == {"ok": True}
+    lines = [
+        (r.getMessage(), getattr(r, "stream", None))
+        for r in caplog.records
+        if getattr(r, "invocation_id", None) == "inv-42"
+    ]
+    assert ("printed to stdout 5", "stdout") in lines
+    assert ("printed to stderr", "stderr") in lines
+    assert all(
+        getattr(r, "run_uid", None) == "run-1" for r in caplog.records if r.name == "servers.python"
+    )
+    # a raw write to descriptor 1 did not corrupt the protocol
+    assert await call(worker, 2) == {"calls": 2, "event": 2}
+
+
+async def test_outputs_map_goes_to_outputs(worker: PythonWorker) -> None:
+    result = await worker.invoke(
+        json.dumps({"op": "outputs", "outputs": {"phase": "done", "n.count": "3"}}).encode(),
+        content_type="application/json",
+        invocation_id="i",
+    )
+    assert result.outputs == {"phase": "done", "n.count": "3"}
+    assert json.loads(result.output) == {"result": 1, "outputs": {"phase": "done", "n.count": "3"}}
+
+
+@pytest.mark.parametrize(
+    ("outputs", "fragment"),
+    [
+        ({"bad key": "v"}, "'bad key'"),
+        ({"k": 1}, "must be a string"),
+        ({"k": "x" * 5000}, "5000 bytes"),
+    ],
+)
+async def test_invalid_outputs_are_an_invocation_error(
+    worker: PythonWorker, outputs: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": "outputs", "outputs": outputs})
+    assert excinfo.value.error_type == "InvalidOutputs"
+    assert fragment in excinfo.value.message
+
+
+async def test_environment_is_exactly_env_plus_path_and_home(
+    worker: PythonWorker, fn_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KRT_SERVER_SECRET", "hunter2")
+    env = await call(worker, {"op": "env"})
+    assert isinstance(env, dict)
+    assert env["MY_VAR"] == "1"
+    assert env["HOME"] == str(fn_dir)
+    assert env["PATH"]
+    assert set(env) - {"MY_VAR", "HOME", "PATH", "LC_CTYPE"} == set()
+
+
+async def test_handler_reading_stdin_gets_eof(worker: PythonWorker) -> None:
+    assert await call(worker, {"op": "stdin"}) == ""
+    assert await call(worker, 3) == {"calls": 2, "event": 3}
+
+
+async def test_cancelled_invocation_kills_the_worker_process_group(worker: PythonWorker) -> None:
+    pid = worker.pid
+    with trio.move_on_after(0.3):
+        await call(worker, {"op": "sleep", "seconds": 30})
+    assert not worker.alive
+    await worker.aclose()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+
+
+async def test_worker_exit_during_a_call_is_an_invocation_error(worker: PythonWorker) -> None:
+    with pytest.raises(InvocationError, match="exited with status 3"):
+        await call(worker, {"op": "exit"})
+    assert not worker.alive
+
+
+async def test_worker_rss_is_small(worker: PythonWorker) -> None:
+    status = Path(f"/proc/{worker.pid}/status").read_text()
+    rss_kib = int(
+        next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]
+    )
+    assert rss_kib < 30 * 1024
+
+
+def test_handler_syntax() -> None:
+    adapter = PythonAdapter()
+    assert adapter.handler_error("handler.handle") is None
+    assert adapter.handler_error("pkg.sub.mod.fn") is None
+    for bad in ("handle", "a..b", ".a.b", "a.b.", "a-b.c", "a.1b", "a.b c", "os.system('x')"):
+        assert adapter.handler_error(bad) is not None, bad
+
+
+def test_task_argv() -> None:
+    adapter = PythonAdapter(python="/py")
+    assert adapter.task_argv(entrypoint="main.py", args=["a", "b"]) == ["/py", "main.py", "a", "b"]
+    assert adapter.task_argv(entrypoint="", args=["-c", "print(1)"]) == ["/py", "-c", "print(1)"]
+    with pytest.raises(ValueError, match="entrypoint or args"):
+        adapter.task_argv(entrypoint="", args=[])

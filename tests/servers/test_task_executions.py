@@ -1,0 +1,231 @@
+"""Task executions of the base Runtime service, with real Python processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from servers.common import limits
+from servers.common.errors import Code, ContractError
+from servers.common.executions import ExecuteRequest, ExecutionManager, ExecutionState
+from servers.python.adapter import PythonAdapter
+
+
+@pytest.fixture
+async def manager(tmp_path: Path) -> AsyncIterator[ExecutionManager]:
+    async with trio.open_nursery() as nursery:
+        yield ExecutionManager(
+            PythonAdapter(), work_dir=tmp_path, nursery=nursery, cancel_grace_seconds=0.5
+        )
+        await manager_close(nursery)
+
+
+async def manager_close(nursery: trio.Nursery) -> None:
+    nursery.cancel_scope.cancel()
+
+
+def code(manager_call: Any) -> Code:
+    with pytest.raises(ContractError) as excinfo:
+        manager_call()
+    return excinfo.value.code
+
+
+async def run(manager: ExecutionManager, **fields: Any) -> Any:
+    exec_id = manager.execute(ExecuteRequest(**fields))
+    return await manager.wait(exec_id)
+
+
+async def test_success_captures_output_in_the_default_working_dir(
+    manager: ExecutionManager, tmp_path: Path
+) -> None:
+    status = await run(
+        manager,
+        id="t1",
+        args=["-c", "import os, sys; print(os.getcwd()); print('err', file=sys.stderr)"],
+    )
+    assert status.state is ExecutionState.SUCCEEDED
+    assert status.exit_code == 0
+    assert status.stdout == f"{tmp_path / 't1'}\n"
+    assert status.stderr == "err\n"
+    assert status.error_message == ""
+
+
+async def test_failure_reports_exit_status(manager: ExecutionManager) -> None:
+    status = await run(manager, id="t1", args=["-c", "raise SystemExit(3)"])
+    assert status.state is ExecutionState.FAILED
+    assert status.exit_code == 3
+    assert status.error_message == "exited with status 3"
+
+
+async def test_entrypoint_runs_with_args_in_working_dir(
+    manager: ExecutionManager, tmp_path: Path
+) -> None:
+    work = tmp_path / "runs" / "r1"
+    (work / "pkg").mkdir(parents=True)
+    (work / "pkg" / "main.py").write_text("import sys; print(sys.argv[1:])\n")
+    status = await run(
+        manager, id="t1", entrypoint="pkg/main.py", args=["a b", "$(x)"], working_dir=str(work)
+    )
+    assert status.state is ExecutionState.SUCCEEDED, status
+    assert status.stdout == "['a b', '$(x)']\n"
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"entrypoint": "../main.py"}, "'..'"),
+        ({"entrypoint": "/tmp/main.py"}, "relative"),
+        ({"entrypoint": "escape/main.py"}, "resolves outside"),
+        ({"working_dir": "/etc"}, "not under the server's work dir"),
+        ({"working_dir": "missing"}, "not an existing directory"),
+        ({"timeout_seconds": -1}, "timeout_seconds"),
+        ({"env": {"A B": "1"}}, "'A B'"),
+        ({"args": ["a\0b"]}, "NUL"),
+        ({"args": []}, "entrypoint or args"),
+        ({"id": "../x"}, "id '../x'"),
+        ({"id": ""}, "id is required"),
+    ],
+)
+async def test_execute_rejects_invalid_requests_without_state(
+    manager: ExecutionManager, tmp_path: Path, fields: dict[str, Any], fragment: str
+) -> None:
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t1" / "escape").symlink_to(tmp_path / "outside")
+    request = {"id": "t1", "args": ["-c", "pass"], **fields}
+    with pytest.raises(ContractError) as excinfo:
+        manager.execute(ExecuteRequest(**request))
+    assert excinfo.value.code is Code.INVALID_ARGUMENT
+    assert fragment in excinfo.value.message
+    assert manager.list() == []
+
+
+async def test_duplicate_id_unknown_id_and_forget(manager: ExecutionManager) -> None:
+    manager.execute(ExecuteRequest(id="t1", args=["-c", "import time; time.sleep(0.2)"]))
+    assert (
+        code(lambda: manager.execute(ExecuteRequest(id="t1", args=["-c", "pass"])))
+        is Code.ALREADY_EXISTS
+    )
+    assert code(lambda: manager.forget("t1")) is Code.FAILED_PRECONDITION
+    for call in (manager.status, manager.cancel, manager.forget):
+        assert code(lambda call=call: call("nope")) is Code.NOT_FOUND
+    assert [s.id for s in manager.list()] == ["t1"]
+    assert (await manager.wait("t1")).state is ExecutionState.SUCCEEDED
+    manager.forget("t1")
+    assert code(lambda: manager.status("t1")) is Code.NOT_FOUND
+    assert manager.list() == []
+    # after Forget the ID can be executed again (seed 003, "Retry")
+    assert (await run(manager, id="t1", args=["-c", "pass"])).state is ExecutionState.SUCCEEDED
+
+
+async def test_environment_is_exactly_env_plus_path_and_home(
+    manager: ExecutionManager, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KRT_SERVER_SECRET", "hunter2")
+    status = await run(
+        manager,
+        id="t1",
+        args=["-c", "import os, json; print(json.dumps(dict(os.environ)))"],
+        env={"GREETING": "hi"},
+    )
+    import json
+
+    env = json.loads(status.stdout)
+    assert env["GREETING"] == "hi"
+    assert env["HOME"] == str(tmp_path / "t1")
+    assert set(env) - {"GREETING", "HOME", "PATH", "LC_CTYPE"} == set()
+
+
+async def test_stdout_and_stderr_are_bounded_with_a_marker(manager: ExecutionManager) -> None:
+    script = "import sys; sys.stdout.write('o' * 3_000_000); sys.stderr.write('e' * 10)"
+    status = await run(manager, id="t1", args=["-c", script])
+    assert status.state is ExecutionState.SUCCEEDED
+    assert len(status.stdout.encode()) <= limits.TASK_OUTPUT_LIMIT_BYTES
+    assert status.stdout.endswith(limits.TRUNCATION_MARKER)
+    assert status.stdout.startswith("ooo")
+    assert status.stderr == "e" * 10
+
+
+async def test_timeout_kills_the_process_and_names_the_timeout(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    async with trio.open_nursery() as nursery:
+        manager = ExecutionManager(PythonAdapter(), work_dir=tmp_path, nursery=nursery)
+        manager.execute(ExecuteRequest(id="t1", args=["-c", script], timeout_seconds=5))
+        start = trio.current_time()
+        status = await manager.wait("t1")
+        assert trio.current_time() - start == pytest.approx(5, abs=0.1)
+    assert status.state is ExecutionState.FAILED
+    assert "timeout_seconds=5" in status.error_message
+    assert status.exit_code == -signal.SIGKILL
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (not reaped by its dead parent yet) counts as gone
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+async def wait_for_output(manager: ExecutionManager, exec_id: str, text: str) -> None:
+    with trio.fail_after(5):
+        while text not in manager.status(exec_id).stdout:
+            await trio.sleep(0.02)
+
+
+async def test_cancel_sends_sigterm(manager: ExecutionManager) -> None:
+    manager.execute(
+        ExecuteRequest(
+            id="t1", args=["-c", "import time; print('ready', flush=True); time.sleep(30)"]
+        )
+    )
+    await wait_for_output(manager, "t1", "ready")
+    assert manager.status("t1").state is ExecutionState.RUNNING
+    manager.cancel("t1")
+    status = await manager.wait("t1")
+    assert status.state is ExecutionState.FAILED
+    assert status.error_message == "cancelled"
+    assert status.exit_code == -signal.SIGTERM
+    manager.cancel("t1")  # cancelling a finished execution is a no-op
+
+
+async def test_cancel_escalates_to_sigkill_after_the_grace(manager: ExecutionManager) -> None:
+    script = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    manager.execute(ExecuteRequest(id="t1", args=["-c", script]))
+    await wait_for_output(manager, "t1", "ready")
+    start = trio.current_time()
+    manager.cancel("t1")
+    status = await manager.wait("t1")
+    assert trio.current_time() - start >= 0.5
+    assert status.exit_code == -signal.SIGKILL
+    assert status.error_message == "cancelled"
+
+
+async def test_missing_interpreter_fails_the_execution(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        manager = ExecutionManager(
+            PythonAdapter(python=str(tmp_path / "no-python")), work_dir=tmp_path, nursery=nursery
+        )
+        status = await run(manager, id="t1", args=["-c", "pass"])
+    assert status.state is ExecutionState.FAILED
+    assert "failed to start" in status.error_message
