@@ -161,7 +161,7 @@ async def serve_apiserver(
             await nursery.start(gc.run)
             await nursery.start(lifecycle.run)
             binds = await nursery.start(
-                partial(hypercorn.trio.serve, ApiApp(ctx), _hypercorn_config(config, pki))
+                partial(hypercorn.trio.serve, ApiApp(ctx), _hypercorn_config(config, pki))  # type: ignore[arg-type]
             )
             url = str(binds[0])
             ctx.server_address = url.removeprefix("https://")

@@ -20,12 +20,21 @@ from typing import Any
 
 import trio
 
-from localkube import discovery, handlers, openapi, protobuf_bodies, storage, subresources, tables, watching
+from localkube import (
+    discovery,
+    handlers,
+    openapi,
+    protobuf_bodies,
+    storage,
+    subresources,
+    tables,
+    watching,
+)
 from localkube.access import Access, request_attributes
 from localkube.admission import CRD_KEY
 from localkube.auth import reviews
 from localkube.auth.types import UserInfo
-from localkube.deletion import Deleter, DeleteOptions
+from localkube.deletion import DeleteOptions, Deleter
 from localkube.errors import ApiError
 from localkube.resources import ResourceRegistry, ResourceType
 
@@ -193,25 +202,28 @@ class ApiApp:
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        """Read the request body; over the limit, drain it (so the client reads our 413)."""
+        chunks: list[bytes] = []
+        size = 0
+        too_large = False
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    if int(value) > MAX_BODY_BYTES:
-                        raise _too_large()
+                    too_large = int(value) > MAX_BODY_BYTES
                 except ValueError:
                     raise ApiError(400, "BadRequest", "invalid Content-Length") from None
-        chunks: list[bytes] = []
-        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise ApiError(400, "BadRequest", "the client disconnected before sending the body")
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise _too_large()
-            chunks.append(chunk)
+            too_large = too_large or size > MAX_BODY_BYTES
+            if not too_large:
+                chunks.append(chunk)
             if not message.get("more_body", False):
+                if too_large:
+                    raise _too_large()
                 return b"".join(chunks)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -272,7 +284,7 @@ class ApiApp:
             raise ApiError(
                 405,
                 "MethodNotAllowed",
-                f"the server does not allow this method on the requested resource",
+                "the server does not allow this method on the requested resource",
             )
         ctx.access.require(
             user,
@@ -307,7 +319,7 @@ class ApiApp:
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
-                f"the body of the request was in an unknown format - accepted media types include: application/json",
+                "the body of the request was in an unknown format - accepted media types include: application/json",
             )
         else:
             body = _decode(raw) if raw else None
@@ -358,7 +370,11 @@ class ApiApp:
             for version in spec.get("versions") or []:
                 schema = (version.get("schema") or {}).get("openAPIV3Schema")
                 if isinstance(schema, dict):
-                    key = (str(spec.get("group")), str(version.get("name")), str((spec.get("names") or {}).get("kind")))
+                    key = (
+                        str(spec.get("group")),
+                        str(version.get("name")),
+                        str((spec.get("names") or {}).get("kind")),
+                    )
                     schemas[key] = schema
         return schemas
 

@@ -45,7 +45,13 @@ async def _run_until_signal(config: ApiServerConfig) -> None:
     help="Directory for the SQLite store, PKI and kubeconfig (created if missing).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Listen address.")
-@click.option("--port", default=6443, show_default=True, type=click.IntRange(0, 65535), help="Listen port (0: any free port).")
+@click.option(
+    "--port",
+    default=6443,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Listen port (0: any free port).",
+)
 def apiserver(state_dir: Path, host: str, port: int) -> None:
     """Run the API server until SIGINT or SIGTERM; writes STATE_DIR/kubeconfig."""
     config = ApiServerConfig(state_dir=state_dir.resolve(), host=host, port=port)

@@ -202,7 +202,11 @@ class Deleter:
             finalizers.append(FOREGROUND)
         elif options.propagation == "Orphan" and ORPHAN not in finalizers:
             finalizers.append(ORPHAN)
-        if options.propagation != "Foreground" and FOREGROUND in finalizers and not objects.is_deleting(current):
+        if (
+            options.propagation != "Foreground"
+            and FOREGROUND in finalizers
+            and not objects.is_deleting(current)
+        ):
             finalizers.remove(FOREGROUND)
         now = self.clock()
         pending = bool(finalizers)
@@ -218,7 +222,9 @@ class Deleter:
             if grace > 0 or (current_grace is None and pending):
                 if current_grace is None or grace < int(current_grace):
                     new_meta["deletionGracePeriodSeconds"] = grace
-                    new_meta["deletionTimestamp"] = objects.now_rfc3339(now + timedelta(seconds=grace))
+                    new_meta["deletionTimestamp"] = objects.now_rfc3339(
+                        now + timedelta(seconds=grace)
+                    )
                 pending = True
             else:
                 new_meta["deletionGracePeriodSeconds"] = 0
@@ -239,7 +245,11 @@ class Deleter:
         try:
             return self.store.update(key, obj, expected_revision=revision), False
         except storage.Conflict:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.group_resource} "{name}": the object has been modified; please apply your changes to the latest version and try again') from None
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rt.group_resource} "{name}": the object has been modified; please apply your changes to the latest version and try again',
+            ) from None
 
     def _delete_crd_objects(self, crd: dict[str, Any]) -> None:
         spec = crd.get("spec") or {}

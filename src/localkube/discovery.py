@@ -36,7 +36,9 @@ def core_versions(server_address: str) -> dict[str, Any]:
     return {
         "kind": "APIVersions",
         "versions": ["v1"],
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
     }
 
 
@@ -79,13 +81,49 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
     entries = [main]
     for sub in sorted(rt.subresources):
         if sub == "status":
-            entries.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced, "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+            entries.append(
+                {
+                    "name": f"{rt.plural}/status",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         elif sub == "scale":
-            entries.append({"name": f"{rt.plural}/scale", "singularName": "", "namespaced": rt.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]})
+            entries.append(
+                {
+                    "name": f"{rt.plural}/scale",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
         elif sub == "log":
-            entries.append({"name": f"{rt.plural}/log", "singularName": "", "namespaced": rt.namespaced, "kind": "Pod", "verbs": ["get"]})
+            entries.append(
+                {
+                    "name": f"{rt.plural}/log",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": "Pod",
+                    "verbs": ["get"],
+                }
+            )
         elif sub == "token":
-            entries.append({"name": f"{rt.plural}/token", "singularName": "", "namespaced": rt.namespaced, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]})
+            entries.append(
+                {
+                    "name": f"{rt.plural}/token",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "group": "authentication.k8s.io",
+                    "version": "v1",
+                    "kind": "TokenRequest",
+                    "verbs": ["create"],
+                }
+            )
     return entries
 
 

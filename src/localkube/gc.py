@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from localkube import objects, storage
-from localkube.deletion import FOREGROUND, ORPHAN, Deleter, DeleteOptions
+from localkube.deletion import FOREGROUND, ORPHAN, DeleteOptions, Deleter
 from localkube.errors import ApiError
 from localkube.resources import ResourceRegistry, ResourceType
 
@@ -34,7 +34,11 @@ log = logging.getLogger("localkube.gc")
 
 
 def _owner_uids(obj: dict[str, Any]) -> list[str]:
-    return [str(r.get("uid", "")) for r in obj.get("metadata", {}).get("ownerReferences") or [] if r.get("uid")]
+    return [
+        str(r.get("uid", ""))
+        for r in obj.get("metadata", {}).get("ownerReferences") or []
+        if r.get("uid")
+    ]
 
 
 class GarbageCollector:
@@ -60,11 +64,13 @@ class GarbageCollector:
         with self.store.subscribe(None) as (_, channel):
             for rkey in {rt.storage_key for rt in self.registry.all() if rt.stored}:
                 for obj in self.store.list(rkey):
-                    self._index((rkey, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]), obj)
+                    self._index(
+                        (rkey, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]), obj
+                    )
             for key in list(self._owners_of):
-                obj = self.store.get(*key)
-                if obj is not None:
-                    self._check(key, obj)
+                current = self.store.get(*key)
+                if current is not None:
+                    self._check(key, current)
             task_status.started()
             async for event in channel:
                 try:
@@ -109,7 +115,11 @@ class GarbageCollector:
             for owner in _owner_uids(event.obj):
                 owner_key = self.uids.get(owner)
                 owner_obj = self.store.get(*owner_key) if owner_key else None
-                if owner_key and owner_obj is not None and FOREGROUND in objects.finalizers_of(owner_obj):
+                if (
+                    owner_key
+                    and owner_obj is not None
+                    and FOREGROUND in objects.finalizers_of(owner_obj)
+                ):
                     self._foreground(owner_key, owner_obj)
             return
         self._index(key, event.obj)
@@ -137,7 +147,9 @@ class GarbageCollector:
             updated["metadata"]["ownerReferences"] = [
                 r for r in updated["metadata"].get("ownerReferences") or [] if r.get("uid") in live
             ]
-            self.store.update(key, updated, expected_revision=int(obj["metadata"]["resourceVersion"]))
+            self.store.update(
+                key, updated, expected_revision=int(obj["metadata"]["resourceVersion"])
+            )
             return
         foreground = any(self._owner_foreground(u) for u in owners)
         has_dependents = bool(self.dependents.get(obj["metadata"].get("uid", "")))
@@ -180,7 +192,9 @@ class GarbageCollector:
             ]
             if not updated["metadata"]["ownerReferences"]:
                 del updated["metadata"]["ownerReferences"]
-            self.store.update(dep_key, updated, expected_revision=int(dep["metadata"]["resourceVersion"]))
+            self.store.update(
+                dep_key, updated, expected_revision=int(dep["metadata"]["resourceVersion"])
+            )
         current = self.store.get(*key)
         if current is not None:
             self._drop_finalizer(key, current, ORPHAN)
@@ -196,6 +210,10 @@ class GarbageCollector:
         else:
             updated["metadata"].pop("finalizers", None)
         if self.deleter.finalized(rt, obj, updated):
-            self.deleter.remove(key, rt, updated, expected_revision=int(obj["metadata"]["resourceVersion"]))
+            self.deleter.remove(
+                key, rt, updated, expected_revision=int(obj["metadata"]["resourceVersion"])
+            )
         else:
-            self.store.update(key, updated, expected_revision=int(obj["metadata"]["resourceVersion"]))
+            self.store.update(
+                key, updated, expected_revision=int(obj["metadata"]["resourceVersion"])
+            )

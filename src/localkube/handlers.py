@@ -21,7 +21,7 @@ from typing import Any
 
 from localkube import objects, patching, storage
 from localkube.admission import Admission
-from localkube.deletion import Deleter, DeleteOptions
+from localkube.deletion import DeleteOptions, Deleter
 from localkube.errors import ApiError
 from localkube.resources import ResourceRegistry, ResourceType
 from localkube.selectors import (
@@ -87,7 +87,9 @@ def parse_revision(value: str | None, *, field: str = "resourceVersion") -> int 
     except ValueError:
         number = -1
     if number < 0:
-        raise ApiError(400, "BadRequest", f'{field}: Invalid value: "{value}": must be a non-negative integer')
+        raise ApiError(
+            400, "BadRequest", f'{field}: Invalid value: "{value}": must be a non-negative integer'
+        )
     return number
 
 
@@ -139,7 +141,11 @@ def parse_list_options(rt: ResourceType, query: dict[str, str]) -> ListOptions:
         )
     rv = query.get("resourceVersion", "")
     if match and not rv:
-        raise ApiError(400, "BadRequest", "resourceVersionMatch is forbidden unless resourceVersion is provided")
+        raise ApiError(
+            400,
+            "BadRequest",
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        )
     parse_revision(rv)
     return ListOptions(
         labels=labels,
@@ -244,7 +250,9 @@ class Handlers:
             if body.get("metadata", {}).get("name") is None:
                 # generateName collided: retry with a fresh suffix, as kube-apiserver does.
                 for _ in range(8):
-                    obj["metadata"]["name"] = objects.generated_name(obj["metadata"]["generateName"])
+                    obj["metadata"]["name"] = objects.generated_name(
+                        obj["metadata"]["generateName"]
+                    )
                     key = self._key(rt, namespace, obj["metadata"]["name"])
                     if self.store.get(*key) is None:
                         break
@@ -289,7 +297,9 @@ class Handlers:
                     f"The resourceVersion for the provided list is too old. ({exc})"
                 ) from None
             except storage.Conflict:
-                raise ApiError(504, "Timeout", f"Too large resource version: {rv}, current: {revision}") from None
+                raise ApiError(
+                    504, "Timeout", f"Too large resource version: {rv}, current: {revision}"
+                ) from None
             revision = rv
         else:
             if rv is not None and rv > revision:
@@ -297,7 +307,15 @@ class Handlers:
                     504,
                     "Timeout",
                     f"Too large resource version: {rv}, current: {revision}",
-                    details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1},
+                    details={
+                        "causes": [
+                            {
+                                "reason": "ResourceVersionTooLarge",
+                                "message": "Too large resource version",
+                            }
+                        ],
+                        "retryAfterSeconds": 1,
+                    },
                 )
             items = self.store.list(rt.storage_key, namespace)
         selected: list[dict[str, Any]] = []
@@ -349,7 +367,9 @@ class Handlers:
         """
         obj = objects.check_body_identity(rt, copy.deepcopy(body), namespace=namespace, name=name)
         old = self.require(rt, namespace, name)
-        expected = parse_revision(obj["metadata"].get("resourceVersion"), field="metadata.resourceVersion")
+        expected = parse_revision(
+            obj["metadata"].get("resourceVersion"), field="metadata.resourceVersion"
+        )
         return self._write(rt, old, obj, expected, subresource=subresource, dry_run=dry_run)
 
     def _write(
@@ -408,11 +428,15 @@ class Handlers:
         """
         kind = PATCH_TYPES.get(content_type.split(";")[0].strip().lower())
         if kind is None or kind == "apply" or (kind == "strategic" and not rt.strategic_merge):
-            supported = [t for t, k in PATCH_TYPES.items() if k in ("json", "merge") or (k == "strategic" and rt.strategic_merge)]
+            supported = [
+                t
+                for t, k in PATCH_TYPES.items()
+                if k in ("json", "merge") or (k == "strategic" and rt.strategic_merge)
+            ]
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
-                f'the body of the request was in an unknown format - accepted media types include: {", ".join(supported)}',
+                f"the body of the request was in an unknown format - accepted media types include: {', '.join(supported)}",
             )
         try:
             patch_doc = json.loads(body)
@@ -428,7 +452,11 @@ class Handlers:
             else:
                 patched = patching.strategic_merge_patch(current, patch_doc)
         except patching.PatchError as exc:
-            raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}") from None
+            raise ApiError(
+                422,
+                "Invalid",
+                f"the server rejected our request due to an error in our request: {exc}",
+            ) from None
         obj = objects.check_body_identity(rt, patched, namespace=namespace, name=name)
         expected = None
         patched_rv = obj["metadata"].get("resourceVersion")

@@ -12,7 +12,9 @@ import yaml
 CONTEXT = "localkube"
 
 
-def kubeconfig(*, server: str, ca_pem: bytes, token: str, namespace: str = "default") -> dict[str, Any]:
+def kubeconfig(
+    *, server: str, ca_pem: bytes, token: str, namespace: str = "default"
+) -> dict[str, Any]:
     """Return a kubeconfig document with one cluster, user and context named ``localkube``.
 
     Args:

@@ -103,7 +103,11 @@ class NamespaceLifecycle:
         if self.store.get(SA_KEY, namespace, "default") is None:
             self._create(
                 (SA_KEY, namespace, "default"),
-                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": namespace}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": "default", "namespace": namespace},
+                },
             )
         if self.store.get(CM_KEY, namespace, ROOT_CA) is None:
             self._create(
@@ -114,7 +118,9 @@ class NamespaceLifecycle:
                     "metadata": {
                         "name": ROOT_CA,
                         "namespace": namespace,
-                        "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."},
+                        "annotations": {
+                            "kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."
+                        },
                     },
                     "data": {"ca.crt": self.ca_pem.decode()},
                 },
@@ -131,7 +137,9 @@ class NamespaceLifecycle:
                         self.store.delete((rkey, namespace, obj["metadata"]["name"]))
                     continue
                 try:
-                    self.deleter.delete(types[0], namespace, obj["metadata"]["name"], DeleteOptions())
+                    self.deleter.delete(
+                        types[0], namespace, obj["metadata"]["name"], DeleteOptions()
+                    )
                 except ApiError as exc:
                     if exc.code != 404:
                         raise

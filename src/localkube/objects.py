@@ -61,7 +61,11 @@ def name_errors(rt: ResourceType, name: str, field: str = "metadata.name") -> li
     if rt.storage_key in _PATH_SEGMENT_KEYS:
         if name in (".", "..") or "/" in name or "%" in name:
             return [
-                FieldError(field, "FieldValueInvalid", f'Invalid value: "{name}": may not contain "/" or "%"')
+                FieldError(
+                    field,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{name}": may not contain "/" or "%"',
+                )
             ]
         return []
     if rt.storage_key in _DNS_LABEL_KEYS:
@@ -99,7 +103,11 @@ def _check_string_map(meta: dict[str, Any], field: str) -> list[FieldError]:
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         return [
-            FieldError(f"metadata.{field}", "FieldValueTypeInvalid", "Invalid value: must be a map of string to string")
+            FieldError(
+                f"metadata.{field}",
+                "FieldValueTypeInvalid",
+                "Invalid value: must be a map of string to string",
+            )
         ]
     return []
 
@@ -123,7 +131,9 @@ def check_body_identity(
         raise ApiError(400, "BadRequest", "the body of the request must be a JSON object")
     if obj.get("kind", rt.kind) != rt.kind:
         raise ApiError(
-            400, "BadRequest", f"the kind in the data ({obj.get('kind')}) does not match the expected kind ({rt.kind})"
+            400,
+            "BadRequest",
+            f"the kind in the data ({obj.get('kind')}) does not match the expected kind ({rt.kind})",
         )
     api_version = obj.get("apiVersion", rt.api_version)
     if api_version != rt.api_version:
@@ -160,7 +170,11 @@ def check_body_identity(
         )
     if name is not None:
         meta["name"] = name
-    ordered = {"apiVersion": obj.pop("apiVersion"), "kind": obj.pop("kind"), "metadata": obj.pop("metadata")}
+    ordered = {
+        "apiVersion": obj.pop("apiVersion"),
+        "kind": obj.pop("kind"),
+        "metadata": obj.pop("metadata"),
+    }
     ordered.update(obj)
     return ordered
 
@@ -187,7 +201,13 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], *, now: datetime) -> d
         if prefix:
             meta["name"] = generated_name(str(prefix))
         else:
-            errors.append(FieldError("metadata.name", "FieldValueRequired", "Required value: name or generateName is required"))
+            errors.append(
+                FieldError(
+                    "metadata.name",
+                    "FieldValueRequired",
+                    "Required value: name or generateName is required",
+                )
+            )
     if meta.get("name"):
         errors += name_errors(rt, str(meta["name"]))
     errors += _check_string_map(meta, "labels") + _check_string_map(meta, "annotations")
@@ -215,7 +235,15 @@ def _without(obj: dict[str, Any], *fields: str) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in fields}
 
 
-_IMMUTABLE_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name")
+_IMMUTABLE_META = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "namespace",
+    "name",
+)
 
 
 def prepare_update(
@@ -259,7 +287,9 @@ def prepare_update(
         else:
             result.pop("status", None)
     if old_meta.get("deletionTimestamp"):
-        added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
+        added = [
+            f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])
+        ]
         if added:
             quoted = ", ".join(f'"{f}"' for f in added)
             raise invalid(
@@ -274,7 +304,9 @@ def prepare_update(
                     )
                 ],
             )
-    if tracks_generation(rt) and _without(old, "metadata", "status") != _without(result, "metadata", "status"):
+    if tracks_generation(rt) and _without(old, "metadata", "status") != _without(
+        result, "metadata", "status"
+    ):
         meta["generation"] = int(old_meta.get("generation", 1)) + 1
     return result
 

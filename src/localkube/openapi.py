@@ -54,18 +54,44 @@ def group_version_document(
     base = "/" + _prefix(group, version)
     for rt in types:
         gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
-        path = f"{base}/namespaces/{{namespace}}/{rt.plural}/{{name}}" if rt.namespaced else f"{base}/{rt.plural}/{{name}}"
+        path = (
+            f"{base}/namespaces/{{namespace}}/{rt.plural}/{{name}}"
+            if rt.namespaced
+            else f"{base}/{rt.plural}/{{name}}"
+        )
         ref = {"$ref": f"#/components/schemas/{_schema_name(rt)}"}
         paths[path] = {
-            "get": {"x-kubernetes-action": "get", "x-kubernetes-group-version-kind": gvk, "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}}},
+            "get": {
+                "x-kubernetes-action": "get",
+                "x-kubernetes-group-version-kind": gvk,
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+                },
+            },
             "patch": {
                 "x-kubernetes-action": "patch",
                 "x-kubernetes-group-version-kind": gvk,
                 "parameters": [
-                    {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
-                    {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
-                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
-                    {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": True}},
+                    {
+                        "name": "dryRun",
+                        "in": "query",
+                        "schema": {"type": "string", "uniqueItems": True},
+                    },
+                    {
+                        "name": "fieldManager",
+                        "in": "query",
+                        "schema": {"type": "string", "uniqueItems": True},
+                    },
+                    {
+                        "name": "fieldValidation",
+                        "in": "query",
+                        "schema": {"type": "string", "uniqueItems": True},
+                    },
+                    {
+                        "name": "force",
+                        "in": "query",
+                        "schema": {"type": "boolean", "uniqueItems": True},
+                    },
                 ],
                 "requestBody": {
                     "content": {
@@ -74,10 +100,15 @@ def group_version_document(
                     },
                     "required": True,
                 },
-                "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": ref}}}},
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+                },
             },
         }
-        schema = dict((crd_schemas or {}).get((rt.group, rt.version, rt.kind)) or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+        schema = dict(
+            (crd_schemas or {}).get((rt.group, rt.version, rt.kind))
+            or {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        )
         schema["x-kubernetes-group-version-kind"] = [gvk]
         schemas[_schema_name(rt)] = schema
     return {
@@ -88,7 +119,9 @@ def group_version_document(
     }
 
 
-def root_document(registry: ResourceRegistry, documents: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def root_document(
+    registry: ResourceRegistry, documents: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Return the ``/openapi/v3`` root listing one URL per group/version.
 
     Args:

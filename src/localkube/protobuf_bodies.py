@@ -30,70 +30,167 @@ Field = tuple[str, str, bool]
 
 _META = "msg:ObjectMeta"
 SCHEMAS: dict[str, dict[int, Field]] = {
-    "Unknown": {1: ("typeMeta", "msg:TypeMeta", False), 2: ("raw", "raw", False), 3: ("contentEncoding", "string", False), 4: ("contentType", "string", False)},
+    "Unknown": {
+        1: ("typeMeta", "msg:TypeMeta", False),
+        2: ("raw", "raw", False),
+        3: ("contentEncoding", "string", False),
+        4: ("contentType", "string", False),
+    },
     "TypeMeta": {1: ("apiVersion", "string", False), 2: ("kind", "string", False)},
     "Time": {1: ("seconds", "int", False), 2: ("nanos", "int", False)},
     "ObjectMeta": {
-        1: ("name", "string", False), 2: ("generateName", "string", False), 3: ("namespace", "string", False),
-        5: ("uid", "string", False), 6: ("resourceVersion", "string", False), 7: ("generation", "int", False),
-        8: ("creationTimestamp", "time", False), 9: ("deletionTimestamp", "time", False),
-        10: ("deletionGracePeriodSeconds", "int", False), 11: ("labels", "map:string", False),
-        12: ("annotations", "map:string", False), 13: ("ownerReferences", "msg:OwnerReference", True),
+        1: ("name", "string", False),
+        2: ("generateName", "string", False),
+        3: ("namespace", "string", False),
+        5: ("uid", "string", False),
+        6: ("resourceVersion", "string", False),
+        7: ("generation", "int", False),
+        8: ("creationTimestamp", "time", False),
+        9: ("deletionTimestamp", "time", False),
+        10: ("deletionGracePeriodSeconds", "int", False),
+        11: ("labels", "map:string", False),
+        12: ("annotations", "map:string", False),
+        13: ("ownerReferences", "msg:OwnerReference", True),
         14: ("finalizers", "string", True),
     },
     "OwnerReference": {
-        1: ("kind", "string", False), 3: ("name", "string", False), 4: ("uid", "string", False),
-        5: ("apiVersion", "string", False), 6: ("controller", "bool", False), 7: ("blockOwnerDeletion", "bool", False),
+        1: ("kind", "string", False),
+        3: ("name", "string", False),
+        4: ("uid", "string", False),
+        5: ("apiVersion", "string", False),
+        6: ("controller", "bool", False),
+        7: ("blockOwnerDeletion", "bool", False),
     },
     "ExtraValue": {1: ("items", "string", True)},
     "ResourceAttributes": {
-        1: ("namespace", "string", False), 2: ("verb", "string", False), 3: ("group", "string", False),
-        4: ("version", "string", False), 5: ("resource", "string", False), 6: ("subresource", "string", False),
+        1: ("namespace", "string", False),
+        2: ("verb", "string", False),
+        3: ("group", "string", False),
+        4: ("version", "string", False),
+        5: ("resource", "string", False),
+        6: ("subresource", "string", False),
         7: ("name", "string", False),
     },
     "NonResourceAttributes": {1: ("path", "string", False), 2: ("verb", "string", False)},
-    "SelfSubjectAccessReview": {1: ("metadata", _META, False), 2: ("spec", "msg:SelfSubjectAccessReviewSpec", False)},
-    "SelfSubjectAccessReviewSpec": {1: ("resourceAttributes", "msg:ResourceAttributes", False), 2: ("nonResourceAttributes", "msg:NonResourceAttributes", False)},
-    "SubjectAccessReview": {1: ("metadata", _META, False), 2: ("spec", "msg:SubjectAccessReviewSpec", False)},
-    "LocalSubjectAccessReview": {1: ("metadata", _META, False), 2: ("spec", "msg:SubjectAccessReviewSpec", False)},
-    "SubjectAccessReviewSpec": {
-        1: ("resourceAttributes", "msg:ResourceAttributes", False), 2: ("nonResourceAttributes", "msg:NonResourceAttributes", False),
-        3: ("user", "string", False), 4: ("groups", "string", True), 5: ("extra", "map:msg:ExtraValue", False), 6: ("uid", "string", False),
+    "SelfSubjectAccessReview": {
+        1: ("metadata", _META, False),
+        2: ("spec", "msg:SelfSubjectAccessReviewSpec", False),
     },
-    "SelfSubjectRulesReview": {1: ("metadata", _META, False), 2: ("spec", "msg:SelfSubjectRulesReviewSpec", False)},
+    "SelfSubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "msg:ResourceAttributes", False),
+        2: ("nonResourceAttributes", "msg:NonResourceAttributes", False),
+    },
+    "SubjectAccessReview": {
+        1: ("metadata", _META, False),
+        2: ("spec", "msg:SubjectAccessReviewSpec", False),
+    },
+    "LocalSubjectAccessReview": {
+        1: ("metadata", _META, False),
+        2: ("spec", "msg:SubjectAccessReviewSpec", False),
+    },
+    "SubjectAccessReviewSpec": {
+        1: ("resourceAttributes", "msg:ResourceAttributes", False),
+        2: ("nonResourceAttributes", "msg:NonResourceAttributes", False),
+        3: ("user", "string", False),
+        4: ("groups", "string", True),
+        5: ("extra", "map:msg:ExtraValue", False),
+        6: ("uid", "string", False),
+    },
+    "SelfSubjectRulesReview": {
+        1: ("metadata", _META, False),
+        2: ("spec", "msg:SelfSubjectRulesReviewSpec", False),
+    },
     "SelfSubjectRulesReviewSpec": {1: ("namespace", "string", False)},
     "SelfSubjectReview": {1: ("metadata", _META, False)},
     "TokenReview": {1: ("metadata", _META, False), 2: ("spec", "msg:TokenReviewSpec", False)},
     "TokenReviewSpec": {1: ("token", "string", False), 2: ("audiences", "string", True)},
     "TokenRequest": {1: ("metadata", _META, False), 2: ("spec", "msg:TokenRequestSpec", False)},
-    "TokenRequestSpec": {1: ("audiences", "string", True), 3: ("boundObjectRef", "msg:BoundObjectReference", False), 4: ("expirationSeconds", "int", False)},
-    "BoundObjectReference": {1: ("kind", "string", False), 2: ("apiVersion", "string", False), 3: ("name", "string", False), 4: ("uid", "string", False)},
+    "TokenRequestSpec": {
+        1: ("audiences", "string", True),
+        3: ("boundObjectRef", "msg:BoundObjectReference", False),
+        4: ("expirationSeconds", "int", False),
+    },
+    "BoundObjectReference": {
+        1: ("kind", "string", False),
+        2: ("apiVersion", "string", False),
+        3: ("name", "string", False),
+        4: ("uid", "string", False),
+    },
     "Namespace": {1: ("metadata", _META, False), 2: ("spec", "msg:NamespaceSpec", False)},
     "NamespaceSpec": {1: ("finalizers", "string", True)},
-    "ConfigMap": {1: ("metadata", _META, False), 2: ("data", "map:string", False), 3: ("binaryData", "map:bytes", False), 4: ("immutable", "bool", False)},
-    "Secret": {1: ("metadata", _META, False), 2: ("data", "map:bytes", False), 3: ("type", "string", False), 4: ("stringData", "map:string", False), 5: ("immutable", "bool", False)},
+    "ConfigMap": {
+        1: ("metadata", _META, False),
+        2: ("data", "map:string", False),
+        3: ("binaryData", "map:bytes", False),
+        4: ("immutable", "bool", False),
+    },
+    "Secret": {
+        1: ("metadata", _META, False),
+        2: ("data", "map:bytes", False),
+        3: ("type", "string", False),
+        4: ("stringData", "map:string", False),
+        5: ("immutable", "bool", False),
+    },
     "ServiceAccount": {
-        1: ("metadata", _META, False), 2: ("secrets", "msg:ObjectReference", True),
-        3: ("imagePullSecrets", "msg:LocalObjectReference", True), 4: ("automountServiceAccountToken", "bool", False),
+        1: ("metadata", _META, False),
+        2: ("secrets", "msg:ObjectReference", True),
+        3: ("imagePullSecrets", "msg:LocalObjectReference", True),
+        4: ("automountServiceAccountToken", "bool", False),
     },
     "ObjectReference": {
-        1: ("kind", "string", False), 2: ("namespace", "string", False), 3: ("name", "string", False),
-        4: ("uid", "string", False), 5: ("apiVersion", "string", False), 6: ("resourceVersion", "string", False), 7: ("fieldPath", "string", False),
+        1: ("kind", "string", False),
+        2: ("namespace", "string", False),
+        3: ("name", "string", False),
+        4: ("uid", "string", False),
+        5: ("apiVersion", "string", False),
+        6: ("resourceVersion", "string", False),
+        7: ("fieldPath", "string", False),
     },
     "LocalObjectReference": {1: ("name", "string", False)},
     "PolicyRule": {
-        1: ("verbs", "string", True), 2: ("apiGroups", "string", True), 3: ("resources", "string", True),
-        4: ("resourceNames", "string", True), 5: ("nonResourceURLs", "string", True),
+        1: ("verbs", "string", True),
+        2: ("apiGroups", "string", True),
+        3: ("resources", "string", True),
+        4: ("resourceNames", "string", True),
+        5: ("nonResourceURLs", "string", True),
     },
-    "Subject": {1: ("kind", "string", False), 2: ("apiGroup", "string", False), 3: ("name", "string", False), 4: ("namespace", "string", False)},
-    "RoleRef": {1: ("apiGroup", "string", False), 2: ("kind", "string", False), 3: ("name", "string", False)},
+    "Subject": {
+        1: ("kind", "string", False),
+        2: ("apiGroup", "string", False),
+        3: ("name", "string", False),
+        4: ("namespace", "string", False),
+    },
+    "RoleRef": {
+        1: ("apiGroup", "string", False),
+        2: ("kind", "string", False),
+        3: ("name", "string", False),
+    },
     "Role": {1: ("metadata", _META, False), 2: ("rules", "msg:PolicyRule", True)},
-    "ClusterRole": {1: ("metadata", _META, False), 2: ("rules", "msg:PolicyRule", True), 3: ("aggregationRule", "msg:AggregationRule", False)},
+    "ClusterRole": {
+        1: ("metadata", _META, False),
+        2: ("rules", "msg:PolicyRule", True),
+        3: ("aggregationRule", "msg:AggregationRule", False),
+    },
     "AggregationRule": {1: ("clusterRoleSelectors", "msg:LabelSelector", True)},
-    "LabelSelector": {1: ("matchLabels", "map:string", False), 2: ("matchExpressions", "msg:LabelSelectorRequirement", True)},
-    "LabelSelectorRequirement": {1: ("key", "string", False), 2: ("operator", "string", False), 3: ("values", "string", True)},
-    "RoleBinding": {1: ("metadata", _META, False), 2: ("subjects", "msg:Subject", True), 3: ("roleRef", "msg:RoleRef", False)},
-    "ClusterRoleBinding": {1: ("metadata", _META, False), 2: ("subjects", "msg:Subject", True), 3: ("roleRef", "msg:RoleRef", False)},
+    "LabelSelector": {
+        1: ("matchLabels", "map:string", False),
+        2: ("matchExpressions", "msg:LabelSelectorRequirement", True),
+    },
+    "LabelSelectorRequirement": {
+        1: ("key", "string", False),
+        2: ("operator", "string", False),
+        3: ("values", "string", True),
+    },
+    "RoleBinding": {
+        1: ("metadata", _META, False),
+        2: ("subjects", "msg:Subject", True),
+        3: ("roleRef", "msg:RoleRef", False),
+    },
+    "ClusterRoleBinding": {
+        1: ("metadata", _META, False),
+        2: ("subjects", "msg:Subject", True),
+        3: ("roleRef", "msg:RoleRef", False),
+    },
 }
 """Decodable messages by name; the top-level kinds are those with a ``metadata`` field."""
 
@@ -137,7 +234,9 @@ def _scalar(kind: str, wire: int, value: int | bytes) -> Any:
         number = int(value) if isinstance(value, int) else 0
         return number - (1 << 64) if number >= 1 << 63 else number
     if kind == "time":
-        seconds = int(decode_message("Time", value).get("seconds", 0)) if isinstance(value, bytes) else 0
+        seconds = (
+            int(decode_message("Time", value).get("seconds", 0)) if isinstance(value, bytes) else 0
+        )
         if seconds == 0:
             return None
         return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -211,7 +310,9 @@ def decode_body(raw: bytes) -> dict[str, Any]:
         ApiError: 415 for a kind localkube does not decode, 400 for malformed data.
     """
     if not raw.startswith(MAGIC):
-        raise ApiError(400, "BadRequest", "protobuf body does not start with the k8s\\x00 envelope prefix")
+        raise ApiError(
+            400, "BadRequest", "protobuf body does not start with the k8s\\x00 envelope prefix"
+        )
     try:
         envelope = decode_message("Unknown", raw[len(MAGIC) :])
         type_meta = envelope.get("typeMeta") or {}
@@ -225,5 +326,7 @@ def decode_body(raw: bytes) -> dict[str, Any]:
         payload = envelope.get("raw", b"")
         body = decode_message(kind, payload if isinstance(payload, bytes) else b"")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "BadRequest", f"the body of the request could not be decoded as protobuf: {exc}") from None
+        raise ApiError(
+            400, "BadRequest", f"the body of the request could not be decoded as protobuf: {exc}"
+        ) from None
     return {"apiVersion": type_meta.get("apiVersion", ""), "kind": kind, **body}

@@ -233,15 +233,25 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
         raise CRDError("spec.names.kind", "Required value")
     scope = spec.get("scope")
     if scope not in ("Namespaced", "Cluster"):
-        raise CRDError("spec.scope", f'Unsupported value: "{scope}": supported values: "Cluster", "Namespaced"')
+        raise CRDError(
+            "spec.scope", f'Unsupported value: "{scope}": supported values: "Cluster", "Namespaced"'
+        )
     name = (crd.get("metadata") or {}).get("name", "")
     if name != f"{plural}.{group}":
-        raise CRDError("metadata.name", f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group')
+        raise CRDError(
+            "metadata.name", f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group'
+        )
     versions = spec.get("versions") or []
     if not versions:
-        raise CRDError("spec.versions", "Required value: must have exactly one version marked as storage version")
+        raise CRDError(
+            "spec.versions",
+            "Required value: must have exactly one version marked as storage version",
+        )
     if sum(1 for v in versions if v.get("storage")) != 1:
-        raise CRDError("spec.versions", "Invalid value: must have exactly one version marked as storage version")
+        raise CRDError(
+            "spec.versions",
+            "Invalid value: must have exactly one version marked as storage version",
+        )
     result: list[ResourceType] = []
     for version in versions:
         if not version.get("served", False):

@@ -251,13 +251,12 @@ def parse_field_selector(text: str | None, supported: frozenset[str]) -> FieldSe
     requirements: list[FieldRequirement] = []
     for part in text.split(","):
         item = part.strip()
-        for op, negate in (("!=", True), ("==", False), ("=", False)):
-            if op in item:
-                field, _, value = item.partition(op)
-                field, value = field.strip(), value.strip()
-                break
-        else:
+        op = next((o for o in ("!=", "==", "=") if o in item), None)
+        if op is None:
             raise SelectorError(f"invalid selector: {text!r}; can't understand {item!r}")
+        field, _, value = item.partition(op)
+        field, value = field.strip(), value.strip()
+        negate = op == "!="
         if field not in supported:
             raise SelectorError(f'field label not supported: "{field}"')
         requirements.append(FieldRequirement(field, value, negate, _path_getter(field)))

@@ -25,6 +25,7 @@ than through a worker thread.
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 from collections import deque
@@ -286,9 +287,9 @@ class Store:
             return len(objects)
         return sum(1 for k in objects if k[0] == namespace)
 
-    def namespaces_in_use(self) -> dict[str, list[str]]:
+    def namespaces_in_use(self) -> dict[str, builtins.list[str]]:
         """Return ``{namespace: [storage keys with objects there]}`` (namespace cleanup)."""
-        used: dict[str, list[str]] = {}
+        used: dict[str, builtins.list[str]] = {}
         for rkey, objects in self._index.items():
             for ns, _ in objects:
                 if ns and rkey not in used.setdefault(ns, []):
@@ -297,7 +298,7 @@ class Store:
 
     def list_at(
         self, storage_key: str, namespace: str | None, revision: int
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Return the objects of one kind as they were at ``revision`` (exact list).
 
         Rolls the current state back through the event history.
@@ -443,7 +444,7 @@ class Store:
 
     def history_since(
         self, revision: int, storage_key: str | None, namespace: str | None
-    ) -> list[StoredEvent]:
+    ) -> builtins.list[StoredEvent]:
         """Return retained events after ``revision`` for one kind (and namespace).
 
         Raises:
@@ -470,7 +471,7 @@ class Store:
         namespace: str | None = None,
         *,
         since: int | None = None,
-    ) -> Iterator[tuple[list[StoredEvent], trio.MemoryReceiveChannel[StoredEvent]]]:
+    ) -> Iterator[tuple[builtins.list[StoredEvent], trio.MemoryReceiveChannel[StoredEvent]]]:
         """Subscribe to future events, atomically with a replay of past ones.
 
         Args:

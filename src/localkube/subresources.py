@@ -3,10 +3,8 @@
 * ``pods/{name}/log`` reads the files the node writes (:mod:`localkube.node.logs`) under the
   cluster state directory; without one (or before the node ran the container) it answers
   400 like a kubelet whose container is not running.
-* ``serviceaccounts/{name}/token`` (TokenRequest) mints a JWT with the cluster's token
-  authority: ``expirationSeconds`` defaults to 3600 and must be at least 600; audiences
-  default to the API audiences; ``boundObjectRef`` (Pod or Secret) must name an existing
-  object with that uid.
+* ``serviceaccounts/{name}/token`` (TokenRequest) delegates to
+  :func:`localkube.auth.token_request.token_request` with the stored ServiceAccount.
 * ``deployments|replicasets/{name}/scale`` reads and writes ``spec.replicas`` through an
   ``autoscaling/v1 Scale``.
 """
@@ -18,24 +16,20 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from localkube import patching
+from localkube.auth.token_request import token_request
 from localkube.auth.tokens import TokenAuthority
 from localkube.auth.types import UserInfo
 from localkube.errors import ApiError, FieldError, invalid
-from localkube.handlers import Handlers, not_found
-from localkube.objects import now_rfc3339
+from localkube.handlers import Handlers
 
 if TYPE_CHECKING:
     from localkube.app import Route
-
-MIN_TOKEN_SECONDS = 600
-DEFAULT_TOKEN_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -87,7 +81,11 @@ class Subresources:
             return await self._log(route, query)
         if route.subresource == "scale":
             return Body(json.dumps(self._scale(route)).encode())
-        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
 
     # log ---------------------------------------------------------------------
 
@@ -97,11 +95,21 @@ class Subresources:
         container = query.get("container") or ""
         if not container:
             if len(containers) != 1:
-                raise ApiError(400, "BadRequest", f"a container name must be specified for pod {route.name}, choose one of: [{' '.join(containers)}]")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f"a container name must be specified for pod {route.name}, choose one of: [{' '.join(containers)}]",
+                )
             container = containers[0]
         elif container not in containers:
-            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {route.name}")
-        waiting = ApiError(400, "BadRequest", f'container "{container}" in pod "{route.name}" is waiting to start: ContainerCreating')
+            raise ApiError(
+                400, "BadRequest", f"container {container} is not valid for pod {route.name}"
+            )
+        waiting = ApiError(
+            400,
+            "BadRequest",
+            f'container "{container}" in pod "{route.name}" is waiting to start: ContainerCreating',
+        )
         if self.state_dir is None or not (pod.get("spec") or {}).get("nodeName"):
             raise waiting
         try:
@@ -109,7 +117,9 @@ class Subresources:
             from localkube.node.layout import PodPaths
         except ImportError:
             raise waiting from None
-        log_dir = PodPaths.for_pod(self.state_dir, route.namespace, route.name, pod["metadata"]["uid"]).log_dir
+        log_dir = PodPaths.for_pod(
+            self.state_dir, route.namespace, route.name, pod["metadata"]["uid"]
+        ).log_dir
         tail = _int_param(query, "tailLines")
         since = _int_param(query, "sinceSeconds")
         limit = _int_param(query, "limitBytes")
@@ -117,13 +127,23 @@ class Subresources:
         previous = query.get("previous") in ("true", "1")
         if query.get("follow") in ("true", "1") and not previous:
             try:
-                chunks = logs.follow_log(log_dir, container, tail_lines=tail, since_seconds=since, timestamps=timestamps)
+                chunks = logs.follow_log(
+                    log_dir, container, tail_lines=tail, since_seconds=since, timestamps=timestamps
+                )
                 return Stream(chunks)
             except logs.LogNotFoundError:
                 raise waiting from None
         try:
             data = await trio.to_thread.run_sync(
-                lambda: logs.read_log(log_dir, container, tail_lines=tail, since_seconds=since, timestamps=timestamps, previous=previous, limit_bytes=limit)
+                lambda: logs.read_log(
+                    log_dir,
+                    container,
+                    tail_lines=tail,
+                    since_seconds=since,
+                    timestamps=timestamps,
+                    previous=previous,
+                    limit_bytes=limit,
+                )
             )
         except logs.LogNotFoundError as exc:
             raise ApiError(400, "BadRequest", str(exc)) from None
@@ -134,71 +154,35 @@ class Subresources:
     # token -------------------------------------------------------------------
 
     def create(self, route: Route, body: Any, user: UserInfo) -> tuple[int, Any]:
-        """Answer a POST on a subresource (``serviceaccounts/token``).
+        """Answer a POST on a subresource (``serviceaccounts/token``, see
+        :func:`localkube.auth.token_request.token_request`).
 
         Raises:
-            ApiError: 404 missing ServiceAccount or bound object, 422 invalid spec,
-                405 for other subresources.
+            ApiError: 404 missing ServiceAccount or bound object, 400/422 invalid spec,
+                409 bound uid mismatch, 405 for other subresources.
         """
         if route.subresource != "token":
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
         sa = self.handlers.require(route.rt, route.namespace, route.name)
-        request = body if isinstance(body, dict) else {}
-        spec = request.get("spec") or {}
-        seconds = spec.get("expirationSeconds")
-        seconds = DEFAULT_TOKEN_SECONDS if seconds is None else seconds
-        errors: list[FieldError] = []
-        if isinstance(seconds, bool) or not isinstance(seconds, int):
-            errors.append(FieldError("spec.expirationSeconds", "FieldValueInvalid", f"Invalid value: {seconds!r}: must be an integer"))
-        elif seconds < MIN_TOKEN_SECONDS:
-            errors.append(FieldError("spec.expirationSeconds", "FieldValueInvalid", f"Invalid value: {seconds}: may not specify a duration less than 10 minutes"))
-        elif seconds > 2**32:
-            errors.append(FieldError("spec.expirationSeconds", "FieldValueInvalid", f"Invalid value: {seconds}: may not specify a duration larger than 2^32 seconds"))
-        audiences = spec.get("audiences") or []
-        if not isinstance(audiences, list) or not all(isinstance(a, str) and a for a in audiences):
-            errors.append(FieldError("spec.audiences", "FieldValueInvalid", "Invalid value: must be a list of non-empty strings"))
-        bound = spec.get("boundObjectRef")
-        bound_object = None
-        if bound:
-            bound_object = self._bound_object(route.namespace, bound, errors)
-        if errors:
-            raise invalid("TokenRequest", "authentication.k8s.io", route.name, errors)
-        token, expires = self.token_authority.issue(
-            route.namespace,
-            route.name,
-            sa["metadata"]["uid"],
-            audiences=list(audiences),
-            expiration_seconds=int(seconds),
-            now=self.wall_time(),
-            bound_object=bound_object,
-        )
-        response = {
-            "kind": "TokenRequest",
-            "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"name": route.name, "namespace": route.namespace, "creationTimestamp": None},
-            "spec": {
-                "audiences": list(audiences) or list(self.token_authority.api_audiences),
-                "expirationSeconds": int(seconds),
-                "boundObjectRef": bound,
-            },
-            "status": {"token": token, "expirationTimestamp": now_rfc3339(datetime.fromtimestamp(expires, UTC))},
-        }
-        return 201, response
-
-    def _bound_object(self, namespace: str, bound: Any, errors: list[FieldError]) -> dict[str, Any] | None:
+        store = self.handlers.store
         keys = {"Pod": "/pods", "Secret": "/secrets"}
-        kind = bound.get("kind") if isinstance(bound, dict) else None
-        if kind not in keys:
-            errors.append(FieldError("spec.boundObjectRef.kind", "FieldValueNotSupported", f'Unsupported value: "{kind}": supported values: "Pod", "Secret"'))
-            return None
-        name = str(bound.get("name") or "")
-        obj = self.handlers.store.get(keys[kind], namespace, name)
-        if obj is None:
-            raise ApiError(404, "NotFound", f'{keys[kind].strip("/")} "{name}" not found')
-        uid = bound.get("uid") or obj["metadata"]["uid"]
-        if uid != obj["metadata"]["uid"]:
-            raise ApiError(409, "Conflict", f'the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated')
-        return {"kind": kind, "name": name, "uid": uid}
+
+        def get_object(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+            key = keys.get(kind)
+            return store.get(key, namespace, name) if key else None
+
+        response = token_request(
+            body if body is not None else {},
+            service_account=sa,
+            authority=self.token_authority,
+            now=self.wall_time(),
+            get_object=get_object,
+        )
+        return 201, response
 
     # scale -------------------------------------------------------------------
 
@@ -209,7 +193,11 @@ class Subresources:
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta},
+            "metadata": {
+                k: meta[k]
+                for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                if k in meta
+            },
             "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 1))},
             "status": {
                 "replicas": int((obj.get("status") or {}).get("replicas", 0)),
@@ -227,7 +215,18 @@ class Subresources:
             raise ApiError(400, "BadRequest", "the body of the request must be a JSON object")
         replicas = (body.get("spec") or {}).get("replicas")
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise invalid("Scale", "autoscaling", route.name, [FieldError("spec.replicas", "FieldValueInvalid", f"Invalid value: {replicas!r}: must be greater than or equal to 0")])
+            raise invalid(
+                "Scale",
+                "autoscaling",
+                route.name,
+                [
+                    FieldError(
+                        "spec.replicas",
+                        "FieldValueInvalid",
+                        f"Invalid value: {replicas!r}: must be greater than or equal to 0",
+                    )
+                ],
+            )
         obj = copy.deepcopy(self.handlers.require(route.rt, route.namespace, route.name))
         obj.setdefault("spec", {})["replicas"] = replicas
         rv = (body.get("metadata") or {}).get("resourceVersion")
@@ -258,7 +257,11 @@ class Subresources:
             elif kind == "application/strategic-merge-patch+json":
                 patched = patching.strategic_merge_patch(current, doc)
             else:
-                raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json")
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+                )
         except patching.PatchError as exc:
             raise ApiError(422, "Invalid", str(exc)) from None
         return self.update_scale(route, patched)
@@ -271,4 +274,6 @@ def _int_param(query: dict[str, str], name: str) -> int | None:
     try:
         return int(value or "")
     except ValueError:
-        raise ApiError(400, "BadRequest", f'{name}: Invalid value: "{value}": must be an integer') from None
+        raise ApiError(
+            400, "BadRequest", f'{name}: Invalid value: "{value}": must be an integer'
+        ) from None

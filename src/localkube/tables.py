@@ -68,8 +68,16 @@ def json_path(obj: Any, path: str) -> Any:
     return node
 
 
-def _column_def(name: str, type_: str, description: str = "", priority: int = 0, fmt: str = "") -> dict[str, Any]:
-    return {"name": name, "type": type_, "format": fmt, "description": description, "priority": priority}
+def _column_def(
+    name: str, type_: str, description: str = "", priority: int = 0, fmt: str = ""
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "type": type_,
+        "format": fmt,
+        "description": description,
+        "priority": priority,
+    }
 
 
 def _pod_cells(obj: dict[str, Any]) -> list[Any]:
@@ -93,7 +101,11 @@ BUILTIN_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "/pods": [
         _column_def("Ready", "string", "The number of ready containers out of all containers."),
         _column_def("Status", "string", "The aggregate status of the containers in this pod."),
-        _column_def("Restarts", "string", "The number of times the containers in this pod have been restarted."),
+        _column_def(
+            "Restarts",
+            "string",
+            "The number of times the containers in this pod have been restarted.",
+        ),
     ],
     "/namespaces": [_column_def("Status", "string", "The status of the namespace")],
     "apps/deployments": [
@@ -112,7 +124,11 @@ def _builtin_cells(rt: ResourceType, obj: dict[str, Any]) -> list[Any]:
         return [status.get("phase", "Active")]
     if rt.storage_key == "apps/deployments":
         desired = (obj.get("spec") or {}).get("replicas", 1)
-        return [f"{status.get('readyReplicas', 0)}/{desired}", status.get("updatedReplicas", 0), status.get("availableReplicas", 0)]
+        return [
+            f"{status.get('readyReplicas', 0)}/{desired}",
+            status.get("updatedReplicas", 0),
+            status.get("availableReplicas", 0),
+        ]
     return []
 
 
@@ -139,15 +155,26 @@ def column_definitions(rt: ResourceType) -> list[dict[str, Any]]:
     """Return a Table's ``columnDefinitions`` for ``rt``."""
     columns = [_column_def("Name", "string", "Name must be unique within a namespace.", 0, "name")]
     if rt.printer_columns:
-        columns += [_column_def(c.name, c.type, c.description, c.priority, c.format) for c in rt.printer_columns]
+        columns += [
+            _column_def(c.name, c.type, c.description, c.priority, c.format)
+            for c in rt.printer_columns
+        ]
     else:
         columns += BUILTIN_COLUMNS.get(rt.storage_key, [])
     if not any(c.name.lower() == "age" for c in rt.printer_columns):
-        columns.append(_column_def("Age", "date", "CreationTimestamp is a timestamp representing the server time when this object was created."))
+        columns.append(
+            _column_def(
+                "Age",
+                "date",
+                "CreationTimestamp is a timestamp representing the server time when this object was created.",
+            )
+        )
     return columns
 
 
-def row(rt: ResourceType, obj: dict[str, Any], *, now: datetime, include_object: str) -> dict[str, Any]:
+def row(
+    rt: ResourceType, obj: dict[str, Any], *, now: datetime, include_object: str
+) -> dict[str, Any]:
     """Return one Table row for ``obj``.
 
     Args:
@@ -166,7 +193,11 @@ def row(rt: ResourceType, obj: dict[str, Any], *, now: datetime, include_object:
     if include_object == "Object":
         result["object"] = obj
     elif include_object != "None":
-        result["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+        result["object"] = {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": meta,
+        }
     return result
 
 

@@ -34,7 +34,7 @@ import trio
 
 from localkube import storage, tables
 from localkube.errors import ApiError
-from localkube.handlers import ListOptions, for_version
+from localkube.handlers import ListOptions, for_version, utc_now
 from localkube.resources import ResourceType
 
 Emit = Callable[[bytes], Awaitable[None]]
@@ -107,7 +107,15 @@ class _Encoder:
         meta: dict[str, Any] = {"resourceVersion": str(revision)}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return storage.encode({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}) + b"\n"
+        return (
+            storage.encode(
+                {
+                    "type": "BOOKMARK",
+                    "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta},
+                }
+            )
+            + b"\n"
+        )
 
 
 def error_line(error: ApiError) -> bytes:
@@ -120,7 +128,7 @@ async def run_watch(
     request: WatchRequest,
     emit: Emit,
     *,
-    now: Callable[[], datetime],
+    now: Callable[[], datetime] = utc_now,
     bookmark_interval: float = 60.0,
 ) -> None:
     """Stream a watch until ``request.timeout`` passes, the client goes, or events overflow.

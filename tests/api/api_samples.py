@@ -26,7 +26,6 @@ def task_run() -> dict[str, Any]:
                 "backoff": "2s",
                 "retryableReasons": ["ExecutionFailed", "ExecutionLost"],
             },
-            "cancelRequested": False,
             "ttlSecondsAfterFinished": 300,
             "resources": {"requests": {"runs": 1, "example.com/gpu": 1}},
         },
@@ -128,7 +127,9 @@ def runtime() -> dict[str, Any]:
                     "type": "Available",
                     "status": "True",
                     "reason": "PodsReady",
+                    "message": "1 of 2 Pods ready",
                     "lastTransitionTime": "2026-11-29T08:00:00.000000Z",
+                    "observedGeneration": 3,
                 }
             ],
         },

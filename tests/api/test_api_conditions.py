@@ -30,9 +30,7 @@ def _ready(status: bool, reason: str = "FunctionRegistered") -> list[Condition]:
 
 def test_new_condition_is_appended_with_now() -> None:
     conditions = set_condition([], "Scheduled", True, reason=Reason.ASSIGNED, message="m", now=T0)
-    assert conditions == [
-        Condition("Scheduled", ConditionStatus.TRUE, "Assigned", "m", T0, None)
-    ]
+    assert conditions == [Condition("Scheduled", ConditionStatus.TRUE, "Assigned", "m", T0, None)]
 
 
 def test_same_status_keeps_transition_time_but_updates_reason_and_message() -> None:
@@ -87,8 +85,9 @@ def test_observed_generation_is_kept_unless_given() -> None:
     conditions = set_condition([], "Ready", True, reason="R", now=T0, observed_generation=3)
     assert set_condition(conditions, "Ready", True, reason="R", now=T1)[0].observed_generation == 3
     assert (
-        set_condition(conditions, "Ready", True, reason="R", now=T1, observed_generation=4)[0]
-        .observed_generation
+        set_condition(conditions, "Ready", True, reason="R", now=T1, observed_generation=4)[
+            0
+        ].observed_generation
         == 4
     )
 
@@ -97,7 +96,8 @@ def test_long_messages_keep_their_tail() -> None:
     text = "head " + "x" * MAX_MESSAGE_CHARS + " tail"
     bounded = bound_message(text)
     assert len(bounded) == MAX_MESSAGE_CHARS
-    assert bounded.endswith(" tail") and bounded.startswith("\u2026")
+    assert bounded.endswith(" tail")
+    assert bounded.startswith("\u2026")
     assert bound_message("short") == "short"
     conditions = set_condition([], "Running", False, reason="ExecutionFailed", message=text, now=T0)
     assert len(conditions[0].message) == MAX_MESSAGE_CHARS
@@ -106,7 +106,8 @@ def test_long_messages_keep_their_tail() -> None:
 def test_find_and_truth_and_remove() -> None:
     conditions = set_condition(_ready(True), "Scheduled", False, reason="NoReadyPod", now=T0)
     found = find_condition(conditions, "Scheduled")
-    assert found is not None and found.reason == "NoReadyPod"
+    assert found is not None
+    assert found.reason == "NoReadyPod"
     assert find_condition(conditions, "Running") is None
     assert is_condition_true(conditions, "Ready")
     assert not is_condition_true(conditions, "Scheduled")
@@ -115,7 +116,9 @@ def test_find_and_truth_and_remove() -> None:
 
 
 def test_wire_round_trip() -> None:
-    conditions = set_condition([], "Ready", True, reason="R", message="m", now=T0, observed_generation=2)
+    conditions = set_condition(
+        [], "Ready", True, reason="R", message="m", now=T0, observed_generation=2
+    )
     wire = [c.to_dict() for c in conditions]
     assert parse_conditions(wire) == tuple(conditions)
     assert parse_conditions(None) == ()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from api_crd_cases import INVALID_RUNS, INVALID_RUNTIMES, VALID_RUNS, VALID_RUNTIMES, Case
-from conftest import Admission, matches
+from api_crd_harness import Admission, matches
 
 
 @pytest.mark.parametrize("case", VALID_RUNS, ids=lambda c: c.id)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import CRD_DIR, ROOT
+from api_crd_harness import CRD_DIR, ROOT
 
 from krt.api import constants
 from krt.api.crds import CRD_FILES, render_crd, run_crd, runtime_crd
@@ -41,7 +41,9 @@ def test_gen_crds_check_reports_drift(tmp_path: Path) -> None:
     drifted = tmp_path / "runs.kruntimes.io.yaml"
     drifted.write_text(drifted.read_text().replace("maxLength: 2048", "maxLength: 4096", 1))
     diffs = gen_crds.check(tmp_path)
-    assert len(diffs) == 1 and "runs.kruntimes.io.yaml" in diffs[0] and "+" in diffs[0]
+    assert len(diffs) == 1
+    assert "runs.kruntimes.io.yaml" in diffs[0]
+    assert "+" in diffs[0]
     (tmp_path / "runtimes.kruntimes.io.yaml").unlink()
     assert len(gen_crds.check(tmp_path)) == 2
 
@@ -59,7 +61,8 @@ def test_crd_shape(crd: dict[str, Any]) -> None:
     assert crd["spec"]["names"]["categories"] == ["kruntimes"]
     version = _version(crd)
     assert version["name"] == constants.VERSION == "v1alpha1"
-    assert version["served"] and version["storage"]
+    assert version["served"]
+    assert version["storage"]
     assert version["subresources"] == {"status": {}}
     plural = crd["spec"]["names"]["plural"]
     assert crd["metadata"]["name"] == f"{plural}.kruntimes.io"
@@ -91,7 +94,11 @@ def test_run_printer_columns() -> None:
     assert columns["Phase"]["jsonPath"] == ".status.phase"
     assert columns["Runtime"]["jsonPath"] == ".spec.runtime"
     assert columns["Pod"]["jsonPath"] == ".status.assignedPod"
-    assert columns["Attempt"] == {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"}
+    assert columns["Attempt"] == {
+        "name": "Attempt",
+        "type": "integer",
+        "jsonPath": ".status.attempt",
+    }
     assert columns["Age"]["type"] == "date"
 
 

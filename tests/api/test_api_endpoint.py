@@ -56,6 +56,7 @@ def test_parse_inverts_build(namespace: str, runtime: str, uid: object) -> None:
         f"/v1/namespaces/demo/runtimes/py_thon/functions/{UID}:invoke",
         "/v1/namespaces/demo/runtimes/python/functions/..:invoke",
         f"/v1/namespaces/demo/runtimes/python/functions/{UID}:invoke?x=1",
+        f"/v1/namespaces/demo/runtimes/python/functions/{UID}:invoke\n",
         "",
     ],
 )

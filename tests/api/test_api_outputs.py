@@ -26,7 +26,8 @@ def test_valid_keys(key: str) -> None:
 def test_invalid_key_names_key_and_bound(key: str) -> None:
     error = _error({key: "v"})
     assert (error.key, error.bound) == (key, "key-pattern")
-    assert repr(key) in str(error) and "[A-Za-z0-9_.-]{1,63}" in str(error)
+    assert repr(key) in str(error)
+    assert "[A-Za-z0-9_.-]{1,63}" in str(error)
 
 
 def test_count_bound() -> None:
@@ -40,7 +41,8 @@ def test_value_bound_counts_utf8_bytes() -> None:
     assert validate_outputs({"k": "x" * 4096})
     error = _error({"k": "x" * 4097})
     assert (error.key, error.bound) == ("k", "max-value-bytes")
-    assert "4097 bytes" in str(error) and "4096" in str(error)
+    assert "4097 bytes" in str(error)
+    assert "4096" in str(error)
     # 2049 two-byte characters are 4098 bytes: over, although only 2049 characters.
     assert _error({"k": "\u00e9" * 2049}).bound == "max-value-bytes"
 
@@ -72,7 +74,8 @@ def test_parse_file_keeps_unusual_whitespace_in_values() -> None:
 def test_parse_file_errors() -> None:
     with pytest.raises(OutputsError) as caught:
         parse_outputs_file(b"A=1\nnot a pair\n")
-    assert caught.value.bound == "line-syntax" and "line 2" in str(caught.value)
+    assert caught.value.bound == "line-syntax"
+    assert "line 2" in str(caught.value)
     with pytest.raises(OutputsError) as caught:
         parse_outputs_file(b"A=\xff\n")
     assert caught.value.bound == "encoding"

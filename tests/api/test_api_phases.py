@@ -12,6 +12,7 @@ from krt.api.phases import (
     TERMINAL_PHASES,
     TRANSITIONS,
     Phase,
+    PhaseClass,
     WaitTarget,
     can_transition,
     gc_deadline,
@@ -21,6 +22,7 @@ from krt.api.phases import (
     is_gc_eligible,
     is_terminal,
     needs_stale_recovery_check,
+    phase_class,
     phase_of,
     wait_finished,
 )
@@ -62,8 +64,10 @@ def test_phase_classification(phase: Phase) -> None:
 
 
 def test_ready_is_active_and_not_terminal() -> None:
-    assert is_active(P.READY) and not is_terminal(P.READY)
-    assert P.READY in ACTIVE_PHASES and P.READY not in TERMINAL_PHASES
+    assert is_active(P.READY)
+    assert not is_terminal(P.READY)
+    assert P.READY in ACTIVE_PHASES
+    assert P.READY not in TERMINAL_PHASES
     assert TERMINAL_PHASES == {P.SUCCEEDED, P.FAILED, P.TIMEOUT, P.CANCELLED}
 
 
@@ -103,6 +107,14 @@ def test_cli_wait_for_completion_does_not_stop_at_ready() -> None:
     for phase in (P.PENDING, P.SCHEDULED, P.RUNNING):
         assert not wait_finished(phase, WaitTarget.COMPLETION)
         assert not wait_finished(phase, WaitTarget.READY)
+
+
+def test_metrics_classify_ready_as_active() -> None:
+    assert phase_class(P.READY) is PhaseClass.ACTIVE
+    assert {phase_class(p) for p in TERMINAL_PHASES} == {PhaseClass.TERMINAL}
+    assert phase_class(P.PENDING) is PhaseClass.PENDING
+    for phase in Phase:
+        assert (phase_class(phase) is PhaseClass.ACTIVE) is TABLE[phase][1]
 
 
 def test_cancellation_applies_to_ready_runs() -> None:

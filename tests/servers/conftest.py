@@ -8,6 +8,10 @@ Fixtures are generic over the language adapter:
   Extra keyword arguments go to ``serve()`` (e.g. ``clock=``, ``cancel_grace_seconds=``).
 * ``register_request`` -- builds a valid ``RegisterFunctionRequest`` with overrides.
 * ``fake_clock`` -- a controllable wall clock (nanoseconds) for ``last_activity_unix_nano``.
+* ``grpclib_session`` -- runs ``async def body(call)`` against a server with grpclib (an
+  independent gRPC implementation on asyncio) in its own thread; ``call(service, method,
+  request, reply_type)`` performs one unary call, e.g.
+  ``await call("executor.v1.Runtime", "Health", pb.HealthRequest(), pb.HealthResponse)``.
 
 Test files under tests/servers/ share one import namespace (no ``__init__.py``, because a
 ``tests/servers`` package would shadow ``src/servers``): give them unique basenames.
@@ -15,8 +19,9 @@ Test files under tests/servers/ share one import namespace (no ``__init__.py``, 
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,3 +120,35 @@ class FakeClock:
 def fake_clock() -> FakeClock:
     """A :class:`FakeClock` starting at a fixed instant."""
     return FakeClock()
+
+
+#: ``call(service, method, request, reply_type)`` as given to a grpclib session body.
+GrpclibCall = Callable[[str, str, Any, type], Awaitable[Any]]
+
+
+async def _grpclib_session(
+    host: str, port: int, body: Callable[[GrpclibCall], Awaitable[Any]]
+) -> Any:
+    from grpclib.client import Channel, UnaryUnaryMethod
+
+    async def main() -> Any:
+        channel = Channel(host, port)
+        try:
+
+            async def call(service: str, method: str, request: Any, reply_type: type) -> Any:
+                stub = UnaryUnaryMethod(channel, f"/{service}/{method}", type(request), reply_type)
+                return await stub(request, timeout=10)
+
+            return await body(call)
+        finally:
+            channel.close()
+
+    return await trio.to_thread.run_sync(lambda: asyncio.run(main()))
+
+
+@pytest.fixture
+def grpclib_session() -> Callable[
+    [str, int, Callable[[GrpclibCall], Awaitable[Any]]], Awaitable[Any]
+]:
+    """Return ``async (host, port, body) -> body's result``, run by grpclib in a thread."""
+    return _grpclib_session

@@ -589,3 +589,23 @@ async def test_concurrent_unregisters_both_return_after_removal(
         nursery.start_soon(unregister)
     assert len(done) == 2
     assert len(svc.table) == 0
+
+
+async def test_superseding_a_registration_that_is_still_starting(
+    autojump_clock: Any, service: Any, tmp_path: Path
+) -> None:
+    svc, adapter = service
+    adapter.start_delay = 10
+    errors: list[ContractError] = []
+
+    async def first() -> None:
+        errors.append(await expect(Code.FAILED_PRECONDITION, svc.register(request(tmp_path))))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await trio.sleep(1)
+        new = await svc.register(request(tmp_path, registration_attempt=2))
+    assert new.state is RegistrationState.READY
+    assert "superseded" in errors[0].message
+    assert adapter.started == 1  # the first start was cancelled before it finished
+    assert [r.registration_id for r in svc.table.registrations()] == [new.registration_id]

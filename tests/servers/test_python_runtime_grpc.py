@@ -158,9 +158,12 @@ async def test_function_lifecycle(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(status_code, invoke(input=b'{"sleep": 30}'))
             with trio.fail_after(5):
-                while (
-                    await functions.FunctionStatus(pb.FunctionStatusRequest(registration=ref))
-                ).in_flight == 0:
+                while True:
+                    status = await functions.FunctionStatus(
+                        pb.FunctionStatusRequest(registration=ref)
+                    )
+                    if status.in_flight:
+                        break
                     await trio.sleep(0.01)
             assert await status_code(invoke(input=b"{}")) == purerpc.StatusCode.RESOURCE_EXHAUSTED
             await functions.UnregisterFunction(
@@ -216,3 +219,59 @@ async def test_registration_failure_reports_fatal_error(
             await status_code(server.functions.RegisterFunction(register_request(handler="nodots")))
             == purerpc.StatusCode.INVALID_ARGUMENT
         )
+
+
+async def test_timed_out_worker_is_replaced_and_a_broken_reimport_fails_the_registration(
+    start_runtime_server: Callable[..., Any],
+    register_request: Callable[..., pb.RegisterFunctionRequest],
+    fn_dir: Path,
+    tmp_path: Path,
+) -> None:
+    (fn_dir / "counted.py").write_text(
+        textwrap.dedent(
+            """
+            import pathlib, time
+            pathlib.Path("imports.log").open("a").write("x")
+
+            def handle(event):
+                time.sleep(event.get("sleep", 0))
+                return "ok"
+            """
+        )
+    )
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        functions = server.functions
+        ref = (
+            await functions.RegisterFunction(register_request(handler="counted.handle"))
+        ).registration
+
+        def invoke(payload: bytes, timeout_millis: int = 0) -> Any:
+            return functions.InvokeFunction(
+                pb.InvokeFunctionRequest(
+                    registration=ref,
+                    input=payload,
+                    content_type="application/json",
+                    timeout_millis=timeout_millis,
+                )
+            )
+
+        assert (await invoke(b"{}")).output == b'"ok"'
+        assert (fn_dir / "imports.log").read_text() == "x"
+        assert (
+            await status_code(invoke(b'{"sleep": 30}', 200)) == purerpc.StatusCode.DEADLINE_EXCEEDED
+        )
+        assert (await invoke(b"{}")).output == b'"ok"'
+        assert (fn_dir / "imports.log").read_text() == "xx"  # imported again by a fresh worker
+
+        assert (
+            await status_code(invoke(b'{"sleep": 30}', 200)) == purerpc.StatusCode.DEADLINE_EXCEEDED
+        )
+        (fn_dir / "counted.py").write_text("def handle(:\n")
+        with pytest.raises(purerpc.RpcFailedError) as excinfo:
+            await invoke(b"{}")
+        assert excinfo.value.status.status_code == purerpc.StatusCode.FAILED_PRECONDITION
+        assert "SyntaxError" in excinfo.value.status.status_message
+        status = await functions.FunctionStatus(pb.FunctionStatusRequest(registration=ref))
+        assert status.state == pb.FUNCTION_REGISTRATION_STATE_FAILED
+        assert "SyntaxError" in status.fatal_error
+        assert "counted.py" in status.fatal_error

@@ -54,6 +54,22 @@ HANDLER = """
                 return sys.stdin.read()
             if op == "exit":
                 os._exit(3)
+            if op == "big":
+                return "y" * event["size"]
+            if op == "bytes":
+                sys.stdout.buffer.write(b"bytes out\\n")
+                return "ok"
+            if op == "threads":
+                import threading
+                def chatter(n):
+                    for i in range(300):
+                        sys.stdout.write(f"thread {n} line {i} " + "x" * 100 + "\\n")
+                threads = [threading.Thread(target=chatter, args=(n,)) for n in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                return "threads done"
         return {"calls": CALLS, "event": event}
 """
 
@@ -94,7 +110,7 @@ async def test_json_in_json_out_with_state_kept_between_calls(
 
 
 async def test_large_and_unicode_payloads_round_trip(worker: PythonWorker) -> None:
-    text = '"quotes" $(x) `y` \n é ✓ ' * 40_000  # ~1 MiB of awkward characters
+    text = '"quotes" $(x) `y` \n é ✓ ' * 32_000  # ~1 MiB of awkward characters
     result = await call(worker, {"text": text})
     assert result == {"calls": 1, "event": {"text": text}}
 
@@ -178,6 +194,15 @@ async def test_non_json_return_value_is_an_invocation_error(worker: PythonWorker
     assert worker.alive
 
 
+async def test_output_is_bounded_to_1_mib(worker: PythonWorker) -> None:
+    assert await call(worker, {"op": "big", "size": 1024 * 1024 - 2}) == "y" * (1024 * 1024 - 2)
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": "big", "size": 1024 * 1024})
+    assert excinfo.value.error_type == "OutputTooLarge"
+    assert "1048578 bytes; the limit is 1048576" in excinfo.value.message
+    assert worker.alive
+
+
 async def test_invalid_json_and_content_type_are_invalid_input(worker: PythonWorker) -> None:
     with pytest.raises(InvalidInput, match="not valid JSON"):
         await worker.invoke(b"{nope", content_type="application/json", invocation_id="i")
@@ -206,6 +231,22 @@ async def test_prints_go_to_the_structured_log_not_the_output(
     )
     # a raw write to descriptor 1 did not corrupt the protocol
     assert await call(worker, 2) == {"calls": 2, "event": 2}
+
+
+async def test_prints_from_threads_and_bytes_writes_keep_the_protocol_intact(
+    worker: PythonWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="servers")
+    assert await call(worker, {"op": "threads"}, invocation_id="inv-t") == "threads done"
+    thread_lines = [
+        r.getMessage() for r in caplog.records if getattr(r, "invocation_id", None) == "inv-t"
+    ]
+    assert len(thread_lines) == 4 * 300
+    assert all(line.startswith("thread ") and line.endswith("x" * 100) for line in thread_lines)
+    assert await call(worker, {"op": "bytes"}, invocation_id="inv-b") == "ok"
+    assert "bytes out" in [
+        r.getMessage() for r in caplog.records if getattr(r, "invocation_id", None) == "inv-b"
+    ]
 
 
 async def test_outputs_map_goes_to_outputs(worker: PythonWorker) -> None:
@@ -268,8 +309,12 @@ async def test_worker_exit_during_a_call_is_an_invocation_error(worker: PythonWo
     assert not worker.alive
 
 
+def _proc_status(pid: int) -> str:
+    return Path(f"/proc/{pid}/status").read_text()
+
+
 async def test_worker_rss_is_small(worker: PythonWorker) -> None:
-    status = Path(f"/proc/{worker.pid}/status").read_text()
+    status = _proc_status(worker.pid)
     rss_kib = int(
         next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]
     )

@@ -184,7 +184,9 @@ def _alive(pid: int) -> bool:
 
 async def wait_for_output(manager: ExecutionManager, exec_id: str, text: str) -> None:
     with trio.fail_after(5):
-        while text not in manager.status(exec_id).stdout:
+        while True:
+            if text in manager.status(exec_id).stdout:
+                return
             await trio.sleep(0.02)
 
 

@@ -10,7 +10,8 @@ Modules: :mod:`~krt.api.constants` (names, condition vocabulary), :mod:`~krt.api
 :mod:`~krt.api.conditions`, :mod:`~krt.api.patches`, :mod:`~krt.api.run`,
 :mod:`~krt.api.runtime`, :mod:`~krt.api.retry`, :mod:`~krt.api.outputs`,
 :mod:`~krt.api.endpoint`, :mod:`~krt.api.resources`, :mod:`~krt.api.durations`,
-:mod:`~krt.api.times`, :mod:`~krt.api.limits`, :mod:`~krt.api.schema` and
+:mod:`~krt.api.times`, :mod:`~krt.api.limits`, :mod:`~krt.api.lifecycle` (the ordinary
+transitions' status patches), :mod:`~krt.api.schema` and
 :mod:`~krt.api.crds` (the CRDs' single source of truth).
 """
 
@@ -51,11 +52,22 @@ from krt.api.errors import (
     OutputsError,
     ResourceError,
 )
+from krt.api.lifecycle import (
+    bind_patch,
+    cancelled_patch,
+    claim_patch,
+    ready_patch,
+    succeeded_patch,
+    timed_out_patch,
+    timeout_deadline,
+    unschedulable_patch,
+)
 from krt.api.meta import ObjectMeta
 from krt.api.outputs import parse_outputs_file, validate_outputs
 from krt.api.patches import StatusPatch, apply_merge_patch
 from krt.api.phases import (
     Phase,
+    PhaseClass,
     WaitTarget,
     can_transition,
     gc_deadline,
@@ -65,6 +77,7 @@ from krt.api.phases import (
     is_gc_eligible,
     is_terminal,
     needs_stale_recovery_check,
+    phase_class,
     phase_of,
     wait_finished,
 )
@@ -96,6 +109,16 @@ from krt.api.run import (
 from krt.api.runtime import Runtime, RuntimeSpec, RuntimeStatus
 
 __all__ = [
+    "PhaseClass",
+    "phase_class",
+    "unschedulable_patch",
+    "timeout_deadline",
+    "timed_out_patch",
+    "succeeded_patch",
+    "ready_patch",
+    "claim_patch",
+    "cancelled_patch",
+    "bind_patch",
     "API_VERSION",
     "GROUP",
     "REGISTRATION_CLEANUP_FINALIZER",

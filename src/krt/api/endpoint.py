@@ -42,11 +42,11 @@ class FunctionEndpointRef:
 
 def _check(ref: FunctionEndpointRef) -> None:
     for field, value in (("namespace", ref.namespace), ("runtime", ref.runtime)):
-        if len(value) > DNS_LABEL_MAX_CHARS or not _LABEL.match(value):
+        if len(value) > DNS_LABEL_MAX_CHARS or not _LABEL.fullmatch(value):
             raise EndpointPathError(
                 field, f"{value!r} is not a DNS-1123 label (lowercase, digits, '-', <= 63)"
             )
-    if not _UID.match(ref.uid):
+    if not _UID.fullmatch(ref.uid):
         raise EndpointPathError("uid", f"{ref.uid!r} is not a Kubernetes UID")
 
 
@@ -81,7 +81,7 @@ def parse_function_endpoint_path(path: str) -> FunctionEndpointRef:
     Raises:
         EndpointPathError: the path has another shape or a component is invalid.
     """
-    match = _PATH.match(path)
+    match = _PATH.fullmatch(path)
     if match is None:
         raise EndpointPathError(
             "path",

@@ -1,5 +1,6 @@
-"""Bounded outputs: the one validator used by runtimed (task outputs) and the Runtime Servers
-(function invoke outputs).
+"""Bounded outputs: the one validator for runtimed (task outputs) and the Runtime Servers.
+
+runtimed checks a task's outputs with it, the Runtime Servers a function invocation's.
 
 Seed 000, Invoke Contract, and issue 6: keys match ``[A-Za-z0-9_.-]{1,63}``; at most 64
 entries; each value at most 4 KiB and all entries together at most 16 KiB, counted in UTF-8
@@ -54,7 +55,7 @@ def validate_outputs(outputs: Mapping[str, str]) -> dict[str, str]:
         )
     total = 0
     for key, value in outputs.items():
-        if not isinstance(key, str) or not _KEY.match(key):
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise OutputsError(
                 f"output key {key!r} must match {OUTPUT_KEY_PATTERN}",
                 key=str(key),

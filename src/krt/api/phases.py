@@ -124,6 +124,23 @@ def gc_deadline(
     return completion_time + timedelta(seconds=ttl_seconds_after_finished)
 
 
+class PhaseClass(StrEnum):
+    """Coarse lifecycle class of a phase, e.g. for metric labels (``runs{class="active"}``)."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    TERMINAL = "terminal"
+
+
+def phase_class(phase: Phase) -> PhaseClass:
+    """Classify a phase for metrics and summaries: Ready counts as ``active``."""
+    if phase in ACTIVE_PHASES:
+        return PhaseClass.ACTIVE
+    if phase in TERMINAL_PHASES:
+        return PhaseClass.TERMINAL
+    return PhaseClass.PENDING
+
+
 class WaitTarget(StrEnum):
     """What a client (``krt run --wait``) waits for."""
 

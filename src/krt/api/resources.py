@@ -79,7 +79,7 @@ def parse_resources(raw: object, *, field: str) -> dict[str, int]:
         if (
             not isinstance(name, str)
             or len(name) > MAX_RESOURCE_NAME_CHARS
-            or not _NAME.match(name)
+            or not _NAME.fullmatch(name)
         ):
             raise ResourceError(field, f"invalid resource name {name!r}")
         parsed[name] = parse_quantity(value, field=f"{field}.{name}")

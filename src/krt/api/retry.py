@@ -148,8 +148,10 @@ class Terminal:
 
 @dataclass(frozen=True, slots=True)
 class Stale:
-    """The failure belongs to an attempt that is no longer current (or the Run is terminal):
-    write nothing."""
+    """The failure belongs to an attempt that is no longer current: write nothing.
+
+    Also returned when the Run is already terminal.
+    """
 
     detail: str
 

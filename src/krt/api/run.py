@@ -185,8 +185,11 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """``Run.spec``. Everything except ``cancel_requested`` and ``ttl_seconds_after_finished``
-    is immutable after creation (seed 000, Spec Transition Rules; enforced by the CRD)."""
+    """``Run.spec``.
+
+    Everything except ``cancel_requested`` and ``ttl_seconds_after_finished`` is immutable
+    after creation (seed 000, Spec Transition Rules; enforced by the CRD).
+    """
 
     runtime: str
     source: Source | None = None

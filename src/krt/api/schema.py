@@ -114,7 +114,7 @@ def _time(description: str) -> Schema:
 
 
 def _resources(field: str, description: str, *, runs_minimum: int) -> Schema:
-    return {
+    schema: Schema = {
         "type": "object",
         "description": description,
         "maxProperties": limits.MAX_RESOURCE_KINDS,
@@ -130,12 +130,16 @@ def _resources(field: str, description: str, *, runs_minimum: int) -> Schema:
                 f"name.matches({_cel_str(limits.RESOURCE_NAME_PATTERN)}))",
                 f"{field} names must be resource names such as 'runs' or 'example.com/gpu'",
             ),
+        ],
+    }
+    if runs_minimum > 0:
+        schema["x-kubernetes-validations"].append(
             rule(
                 f"!has(self.runs) || self.runs >= {runs_minimum}",
                 f"{field}.runs must be at least {runs_minimum}",
-            ),
-        ],
-    }
+            )
+        )
+    return schema
 
 
 def conditions_schema(owner: str) -> Schema:

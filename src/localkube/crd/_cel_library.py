@@ -12,6 +12,10 @@ are written here with Kubernetes semantics:
 - lists: ``isSorted``, ``sum``, ``indexOf``, ``lastIndexOf`` (``min``/``max``: ``min`` is
   cel-python's own; ``max`` is here).
 - regex: ``find``, ``findAll`` (RE2 syntax through the ``re2`` module cel-python uses).
+- comparisons: ``<``, ``<=``, ``>``, ``>=`` across int, uint and double, and
+  heterogeneous ``==``/``!=`` (``1 == 1.0`` is true, ``1 == 'a'`` is false), as Kubernetes
+  enables cel-go's cross-type numeric comparisons; cel-python alone reports "no such
+  overload" for these.
 - optionals, for ``optionalOldSelf: true`` rules: ``hasValue``, ``value``, ``orValue``
   on the ``oldSelf`` optional.
 
@@ -21,11 +25,12 @@ evaluation error, as cel-go does at run time.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import re2  # type: ignore[import-untyped]
-from celpy import celtypes
+from celpy import celtypes, evaluation
 from celpy.evaluation import CELEvalError
 
 Value = Any
@@ -290,6 +295,62 @@ def or_value(optional: Value, fallback: Value = None) -> Value:
     return optional.value if optional.present else fallback
 
 
+def _number(value: Value) -> int | float | None:
+    if isinstance(value, celtypes.BoolType):
+        return None
+    if isinstance(value, celtypes.DoubleType):
+        return float(value)
+    if isinstance(value, celtypes.IntType | celtypes.UintType):
+        return int(value)
+    return None
+
+
+def _cross_numeric(
+    compare: Callable[[Any, Any], bool], standard: Callable[[Value, Value], Value]
+) -> Callable[[Value, Value], Value]:
+    """An ordering operator that also compares int, uint and double with each other."""
+
+    def ordered(left: Value, right: Value) -> Value:
+        a, b = _number(left), _number(right)
+        if a is not None and b is not None and type(left) is not type(right):
+            return celtypes.BoolType(compare(a, b))
+        return standard(left, right)
+
+    return ordered
+
+
+def _heterogeneous(equal: bool) -> Callable[[Value, Value], Value]:
+    """``==`` (or ``!=``) with numeric cross-type equality; other mismatches are unequal."""
+    standard = evaluation.bool_eq if equal else evaluation.bool_ne
+
+    def compare(left: Value, right: Value) -> Value:
+        if isinstance(left, CELEvalError):
+            return left
+        if isinstance(right, CELEvalError):
+            return right
+        a, b = _number(left), _number(right)
+        if a is not None and b is not None:
+            return celtypes.BoolType((a == b) == equal)
+        if isinstance(left, celtypes.BoolType) != isinstance(right, celtypes.BoolType):
+            return celtypes.BoolType(not equal)
+        try:
+            return standard(left, right)
+        except TypeError:
+            return celtypes.BoolType(not equal)
+
+    return compare
+
+
+OPERATORS: dict[str, Callable[..., Value]] = {
+    "_<_": _cross_numeric(operator.lt, evaluation.bool_lt),
+    "_<=_": _cross_numeric(operator.le, evaluation.bool_le),
+    "_>_": _cross_numeric(operator.gt, evaluation.bool_gt),
+    "_>=_": _cross_numeric(operator.ge, evaluation.bool_ge),
+    "_==_": _heterogeneous(True),
+    "_!=_": _heterogeneous(False),
+}
+
+
 FUNCTIONS: dict[str, Callable[..., Value]] = {
     "charAt": char_at,
     "indexOf": index_of,
@@ -310,6 +371,7 @@ FUNCTIONS: dict[str, Callable[..., Value]] = {
     "hasValue": has_value,
     "value": value,
     "orValue": or_value,
+    **OPERATORS,
 }
 """Custom functions handed to every cel-python program, by CEL name."""
 

@@ -30,6 +30,7 @@ from localkube.crd._cel_compile import CheckedExpression, compile_expression
 from localkube.crd._cel_library import OptionalValue
 from localkube.crd._cel_values import Memo, to_cel
 from localkube.crd._fielderrors import UnsupportedSchema
+from localkube.crd._rule_cache import ABSENT, Outcome, RuleResultCache, canonical_json
 from localkube.crd._schema import SchemaNode
 from localkube.errors import FieldError
 
@@ -72,6 +73,8 @@ def compile_rules(node: SchemaNode, *, correlatable: bool = True, root: bool = T
     Args:
         node: a parsed schema tree.
         correlatable: whether old values can be matched to values at ``node``.
+        root: whether ``node`` is the schema root (``self`` then has ``apiVersion``,
+            ``kind`` and ``metadata``).
 
     Raises:
         UnsupportedSchema: a rule does not compile, uses something unsupported, has a bad
@@ -201,7 +204,13 @@ def child_path(path: str, name: str) -> str:
 
 
 def evaluate_rules(
-    new: Any, old: Any, has_old: bool, node: SchemaNode, *, root: bool = True
+    new: Any,
+    old: Any,
+    has_old: bool,
+    node: SchemaNode,
+    *,
+    root: bool = True,
+    cache: RuleResultCache | None = None,
 ) -> list[FieldError]:
     """Evaluate every compiled rule below ``node`` on ``new`` (and ``old`` for transitions).
 
@@ -211,20 +220,23 @@ def evaluate_rules(
         has_old: whether this is an update with an old object.
         node: the root schema node with compiled rules.
         root: whether ``new`` is the object root.
+        cache: results of earlier evaluations of the same rules (see
+            :class:`RuleResultCache`), or None to evaluate every rule.
 
     Returns:
         Field errors for failing rules and rule evaluation errors, in schema order.
     """
     errors: list[FieldError] = []
-    _Walker(errors).walk(new, old, has_old, node, "", root=root)
+    _Walker(errors, cache).walk(new, old, has_old, node, "", root=root)
     return errors
 
 
 class _Walker:
     """One admission's rule walk; holds the errors and the CEL conversion caches."""
 
-    def __init__(self, errors: list[FieldError]) -> None:
+    def __init__(self, errors: list[FieldError], cache: RuleResultCache | None) -> None:
         self.errors = errors
+        self.cache = cache
         self.memo: Memo = {}
         self.old_memo: Memo = {}
 
@@ -306,9 +318,25 @@ def _run_rules(
     self_value: Any = None
     old_value: Any = None
     converted = old_converted = False
+    self_key: str | None = None
+    old_key: str | None = None
+    keyed = old_keyed = False
+    cache = walker.cache
     for rule in node.rules:
         if rule.is_transition and not has_old and not rule.optional_old_self:
             continue
+        key: tuple[int, str, str] | None = None
+        if cache is not None:
+            if not keyed:
+                self_key, keyed = canonical_json(value), True
+            if rule.is_transition and not old_keyed:
+                old_key = canonical_json(old) if has_old else ABSENT
+                old_keyed = True
+            if self_key is not None and (not rule.is_transition or old_key is not None):
+                key = (id(rule), self_key, old_key if rule.is_transition and old_key else "")
+                if key in cache:
+                    _record(walker, rule, path, cache.get(key))
+                    continue
         if not converted:
             self_value = to_cel(value, node, root=root, memo=walker.memo)
             converted = True
@@ -320,9 +348,16 @@ def _run_rules(
             activation["oldSelf"] = (
                 OptionalValue(old_value, present=has_old) if rule.optional_old_self else old_value
             )
-        error = _evaluate(rule, activation, node, path)
-        if error is not None:
-            walker.errors.append(error)
+        outcome = _outcome(rule, activation, node)
+        if cache is not None and key is not None:
+            cache.put(key, outcome)
+        _record(walker, rule, path, outcome)
+
+
+def _record(walker: _Walker, rule: CompiledRule, path: str, outcome: Outcome) -> None:
+    if outcome is not None:
+        reason, message = outcome
+        walker.errors.append(FieldError(_rule_field(rule, path), reason, message))
 
 
 def _run(expression: CheckedExpression, activation: dict[str, Any]) -> Any:
@@ -351,17 +386,13 @@ def _error_text(error: CELEvalError) -> str:
         return "index out of bounds"
     if kind is ValueError and "overflow" in str(error.args[0]):
         return "integer overflow"
+    if kind is TypeError or "overload" in str(error.args[0] if error.args else ""):
+        return "no such overload"
     return str(error.args[0]) if error.args else "evaluation error"
 
 
-def _evaluate(
-    rule: CompiledRule, activation: dict[str, Any], node: SchemaNode, path: str
-) -> FieldError | None:
+def _outcome(rule: CompiledRule, activation: dict[str, Any], node: SchemaNode) -> Outcome:
     result = _run(rule.expression, activation)
-    target = path
-    for name, is_key in rule.field_path:
-        target = f"{target}[{name}]" if is_key else child_path(target, name)
-    field = target or fe.ROOT_FIELD
     type_name = node.type or ""
     if isinstance(result, CELEvalError):
         text = _error_text(result)
@@ -372,23 +403,31 @@ def _evaluate(
             )
         else:
             detail = f"{text} evaluating rule: {rule.rule.strip()}"
-        return fe.invalid(field, type_name, detail)
+        return _as_outcome(fe.invalid("", type_name, detail))
     if not isinstance(result, celtypes.BoolType | bool):
-        return fe.invalid(
-            field,
-            type_name,
-            f"rule did not evaluate to a bool evaluating rule: {rule.rule.strip()}",
-        )
+        detail = f"rule did not evaluate to a bool evaluating rule: {rule.rule.strip()}"
+        return _as_outcome(fe.invalid("", type_name, detail))
     if bool(result):
         return None
     detail = _message(rule, activation)
     if rule.reason == "FieldValueForbidden":
-        return fe.forbidden(field, detail)
+        return _as_outcome(fe.forbidden("", detail))
     if rule.reason == "FieldValueRequired":
-        return fe.required(field, detail)
+        return _as_outcome(fe.required("", detail))
     if rule.reason == "FieldValueDuplicate":
-        return fe.duplicate(field, type_name)
-    return fe.invalid(field, type_name, detail)
+        return _as_outcome(fe.duplicate("", type_name))
+    return _as_outcome(fe.invalid("", type_name, detail))
+
+
+def _as_outcome(error: FieldError) -> Outcome:
+    return (error.reason, error.message)
+
+
+def _rule_field(rule: CompiledRule, path: str) -> str:
+    target = path
+    for name, is_key in rule.field_path:
+        target = f"{target}[{name}]" if is_key else child_path(target, name)
+    return target or fe.ROOT_FIELD
 
 
 def _message(rule: CompiledRule, activation: dict[str, Any]) -> str:

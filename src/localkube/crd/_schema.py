@@ -62,6 +62,9 @@ KNOWN_KEYWORDS = frozenset(
         "x-kubernetes-validations",
     }
 )
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is reported to the client, not logged by RE2
+
 JUNCTOR_FORBIDDEN = ("type", "default", "additionalProperties", "nullable", "description")
 
 
@@ -267,12 +270,15 @@ class _Parser:
                 self.problem(f"{path}.pattern", "must be a string")
             else:
                 try:
-                    node.pattern_re = re2.compile(pattern)
+                    node.pattern_re = re2.compile(pattern, _RE2_OPTIONS)
                     node.pattern = pattern
                 except re2.error as exc:
+                    reason = exc.args[0] if exc.args else exc
+                    if isinstance(reason, bytes):
+                        reason = reason.decode(errors="replace")
                     self.problem(
                         f"{path}.pattern",
-                        f"Invalid value: {pattern!r}: must be a valid regular expression: {exc}",
+                        f"Invalid value: {pattern!r}: must be a valid regular expression: {reason}",
                     )
         if "format" in raw:
             node.format = raw["format"] if isinstance(raw["format"], str) else None
@@ -350,7 +356,14 @@ class _Parser:
                 )
             elif item is not None:
                 for key in node.list_map_keys:
-                    if key not in item.properties:
+                    key_node = item.properties.get(key)
+                    if key_node is not None and key_node.type in ("array", "object"):
+                        self.problem(
+                            f"{path}.items.properties[{key}].type",
+                            "Invalid value: must be a scalar type if parent array's"
+                            ' x-kubernetes-list-type is "map"',
+                        )
+                    if key_node is None:
                         self.problem(
                             f"{path}.x-kubernetes-list-map-keys",
                             f'Invalid value: "{key}": entries must all be names of item properties',
@@ -394,11 +407,39 @@ def structural_errors(schema: Any) -> list[str]:
         Messages of the form ``<schema path>: <problem>``, empty when the schema is fine.
         Implements the "Specifying a structural schema" rules of the CRD documentation.
     """
+    return _parse(schema)[1]
+
+
+def _parse(schema: Any) -> tuple[SchemaNode, list[str]]:
     parser = _Parser()
     root = parser.parse(schema, ROOT_PATH, root=True)
     if isinstance(schema, dict) and not parser.problems and root.type not in (None, "object"):
         parser.problem(f"{ROOT_PATH}.type", 'Invalid value: must be "object" at the root')
-    return parser.problems
+    metadata = schema.get("properties", {}).get("metadata") if isinstance(schema, dict) else None
+    if isinstance(metadata, dict) and isinstance(schema.get("properties"), dict):
+        _check_root_metadata(metadata, parser)
+    return root, parser.problems
+
+
+METADATA_KEYWORDS = frozenset({"type", "properties", "description", "title"})
+METADATA_FIELDS = frozenset({"name", "generateName"})
+
+
+def _check_root_metadata(metadata: dict[str, Any], parser: _Parser) -> None:
+    """Only ``metadata.name``/``generateName`` restrictions are allowed at the root."""
+    path = f"{ROOT_PATH}.properties[metadata]"
+    extra = sorted(set(metadata) - METADATA_KEYWORDS)
+    props = metadata.get("properties")
+    if isinstance(props, dict):
+        extra += [f"properties[{k}]" for k in sorted(set(props) - METADATA_FIELDS)]
+    if metadata.get("type") not in (None, "object"):
+        extra.append("type")
+    if extra:
+        parser.problem(
+            path,
+            "Forbidden: must not specify anything other than name and generateName,"
+            f" but metadata is implicitly specified (found {', '.join(extra)})",
+        )
 
 
 def parse_schema(schema: Any) -> SchemaNode:
@@ -408,10 +449,7 @@ def parse_schema(schema: Any) -> SchemaNode:
         UnsupportedSchema: the schema is not structural or uses an unsupported keyword; the
             message lists every problem found.
     """
-    parser = _Parser()
-    root = parser.parse(schema, ROOT_PATH, root=True)
-    if not parser.problems and root.type not in (None, "object"):
-        parser.problem(f"{ROOT_PATH}.type", 'Invalid value: must be "object" at the root')
-    if parser.problems:
-        raise UnsupportedSchema(ROOT_PATH, "; ".join(parser.problems))
+    root, problems = _parse(schema)
+    if problems:
+        raise UnsupportedSchema(ROOT_PATH, "; ".join(problems))
     return root

@@ -9,6 +9,7 @@ from localkube.crd import _fielderrors as fe
 from localkube.crd._cel_rules import compile_rules, evaluate_rules
 from localkube.crd._defaulting import apply_defaults
 from localkube.crd._pruning import prune
+from localkube.crd._rule_cache import RuleResultCache
 from localkube.crd._schema import SchemaNode, parse_schema
 from localkube.crd._values import validate_value
 from localkube.errors import FieldError
@@ -52,6 +53,7 @@ class CRDValidator:
         self._root: SchemaNode = parse_schema(copy.deepcopy(schema))
         compile_rules(self._root)
         _check_defaults(self._root)
+        self._cache = RuleResultCache()
 
     @property
     def root(self) -> SchemaNode:
@@ -83,7 +85,7 @@ class CRDValidator:
             if _has_rules(node):
                 errors.append(fe.invalid(fe.ROOT_FIELD, None, SKIPPED_RULES_MESSAGE))
         else:
-            errors.extend(evaluate_rules(new_obj, old, old is not None, node))
+            errors.extend(evaluate_rules(new_obj, old, old is not None, node, cache=self._cache))
         return new_obj, errors
 
 

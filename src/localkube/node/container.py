@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
+from localkube.controllers.kubeapi import ApiStatusError
 from localkube.images import ImageTable, UnknownImageError
 from localkube.node.backoff import CrashBackoff, should_restart
 from localkube.node.env import ContainerConfigError, expand
@@ -139,7 +141,14 @@ class ContainerRunner:
                     else None,
                     [expand(a, env) for a in self.spec["args"]] if "args" in self.spec else None,
                 )
-            except (ContainerConfigError, VolumeError, ValueError) as exc:
+            except (
+                ContainerConfigError,
+                VolumeError,
+                ValueError,
+                OSError,
+                ApiStatusError,
+                httpx.HTTPError,
+            ) as exc:
                 self._set(state="waiting", reason="CreateContainerConfigError", message=str(exc))
                 if await self._wait_or_stop(CONFIG_RETRY):
                     return

@@ -148,6 +148,7 @@ class PodWorker:
         self._stop_grace = 30.0
         self._delete_object = False
         self._token_expiry = 0.0
+        self._token_lock = trio.Lock()
         self._shutdown = False
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
@@ -255,6 +256,10 @@ class PodWorker:
     # --- configuration ------------------------------------------------------------------
 
     async def _ensure_token(self) -> None:
+        async with self._token_lock:
+            await self._refresh_token()
+
+    async def _refresh_token(self) -> None:
         spec = self.pod.get("spec", {})
         if spec.get("automountServiceAccountToken") is False:
             return

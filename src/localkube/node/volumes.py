@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ class VolumeError(ValueError):
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     tmp.write_bytes(data)
     os.chmod(tmp, mode)
     tmp.replace(path)

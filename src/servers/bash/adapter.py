@@ -14,7 +14,8 @@ from pathlib import Path
 
 from servers.bash import handler as handlers
 from servers.bash import task
-from servers.bash.worker import BashWorker, start_bash_worker
+from servers.bash.startup import start_bash_worker
+from servers.bash.worker import BashWorker
 from servers.common.adapter import RegistrationFailed
 from servers.common.executions import minimal_env
 

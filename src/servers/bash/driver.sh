@@ -2,8 +2,8 @@
 #
 # A fixed script: nothing in it is ever built from a handler or a payload. It is started as
 #     bash --noprofile --norc driver.sh HANDLER_FILE FUNCTION SCRATCH_DIR
-# in the registered working directory, in its own session, by servers/bash/worker.py, which
-# documents the protocol. In short:
+# in the registered working directory, in its own session, by servers/bash/startup.py;
+# servers/bash/worker.py documents the protocol. In short:
 #   1. source HANDLER_FILE (an absolute path) once, check FUNCTION with `declare -F`, answer one
 #      line on stdout: "ready", "source-failed STATUS" or "no-function";
 #   2. loop: read "LENGTH\n" then exactly LENGTH bytes from stdin into a variable (the payload
@@ -35,7 +35,9 @@ __krt_serve() {
             [[ $__krt_opts == *x* ]] && builtin set -o xtrace
             "$__krt_fn" "$__krt_payload"
         ) </dev/null >|"$__krt_dir/out" 2>|"$__krt_dir/err"
-        builtin printf 'done %d\n' "$?"
+        __krt_status=$?
+        builtin unset __krt_payload
+        builtin printf 'done %d\n' "$__krt_status"
     done
 }
 

@@ -4,10 +4,10 @@ Input: the payload reaches the function as ONE positional argument, byte for byt
 variable cannot hold a NUL byte, so a payload containing one is refused (INVALID_ARGUMENT)
 rather than silently cut. This costs nothing for JSON, the gateway's encoding: a JSON text
 never contains a raw NUL (a NUL inside a string is written ``\\u0000``, and JSON allows no
-control character outside strings). A payload labelled ``application/json`` (or carrying no
-content type, which the contract treats as JSON) must also parse as strict JSON (UTF-8, no
-``NaN``/``Infinity``), like the Python server's input. Other content types are passed through
-unparsed.
+control character outside strings). A payload labelled ``application/json`` or ``*+json``,
+or carrying no content type (JSON by default), must also parse as strict JSON (UTF-8, no
+``NaN``/``Infinity``), as the Python server requires. Other content types are passed
+through unparsed.
 
 Output: the function's stdout, unchanged. It is labelled ``application/json`` when it parses
 as JSON (surrounding whitespace such as ``echo``'s newline allowed), else
@@ -45,9 +45,9 @@ def _parse_json(data: bytes) -> None:
 
 
 def is_json_media_type(content_type: str) -> bool:
-    """True for ``application/json`` (any parameters, any case) and for an empty content type."""
+    """True for ``application/json`` and ``*+json`` (any parameters, any case), and for ""."""
     media_type = content_type.split(";", 1)[0].strip().lower()
-    return media_type in ("", JSON_CONTENT_TYPE)
+    return media_type in ("", JSON_CONTENT_TYPE) or media_type.endswith("+json")
 
 
 def check_input(payload: bytes, *, content_type: str) -> None:

@@ -19,30 +19,44 @@ invocations over its stdin/stdout:
   then reads stdout (the output, at most 1 MiB) and the tail of stderr (64 KiB, logged as JSON
   lines keyed by run UID and invocation ID, never returned as output).
 
-Registration failures (missing file, ``bash -n`` syntax error, a failing or exiting top level,
-no such function) become :class:`RegistrationFailed` with a bounded summary. A non-zero
+Registration (:mod:`servers.bash.startup`) fails with :class:`RegistrationFailed` and a
+bounded summary for a missing file, a ``bash -n`` syntax error, a failing or exiting top
+level, or no such function. ``set -e``/``-u``/``-x``/``-o pipefail`` turned on by the handler
+file apply to each invocation, not to the driver's loop. A non-zero
 function status is an :class:`InvocationError` naming the status and a bounded stderr tail; the
 worker stays warm. Cancellation (timeout, drain deadline, caller gone) SIGKILLs the worker's
 whole process group before it propagates, so nothing the function started survives it.
+
+Measured on the 2-core reference machine: about 1 ms per invocation of a trivial function
+(the subshell fork is about 0.45 ms of it), 3 MiB RSS per worker, about 15 ms to register.
+
+Known limits: stderr is logged when the call returns, not streamed while it runs; stdout and
+stderr are written to the scratch files in full before the limits apply (trusted code, as
+everywhere in kruntimes); a background process a function leaves running keeps running (in the worker's process group)
+until the worker is cancelled or closed.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
 import signal
-import subprocess
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 import trio
 
+from servers.bash.diagnostics import (
+    STDERR_LOG_TAIL_BYTES,
+    bounded,
+    log_stderr,
+    read_head,
+    read_tail,
+    remove_tree,
+    status_text,
+    tail_text,
+)
 from servers.bash.handler import BashHandler
 from servers.bash.payload import check_input, output_content_type
-from servers.common import limits
 from servers.common.adapter import (
     InvalidInput,
     InvocationError,
@@ -50,79 +64,10 @@ from servers.common.adapter import (
     RegistrationFailed,
 )
 
-log = logging.getLogger("servers.bash")
-
-#: the fixed worker script (shipped as package data next to this module).
-DRIVER_SCRIPT: Final = Path(__file__).with_name("driver.sh")
 #: largest function stdout returned as output, in bytes (the gateway's request limit).
 MAX_OUTPUT_BYTES: Final = 1024 * 1024
-#: how much of the end of a function's stderr is logged per invocation, in bytes.
-STDERR_LOG_TAIL_BYTES: Final = 64 * 1024
-#: how much of the end of stderr goes into an error message, in bytes.
-ERROR_TAIL_BYTES: Final = 2048
 #: protocol replies are short ("ready", "done 0"); anything longer is a broken worker.
 _MAX_REPLY_BYTES: Final = 64
-
-
-def _bounded(text: str, limit: int = limits.MAX_ERROR_TEXT_BYTES) -> str:
-    """Cut ``text`` to at most ``limit`` UTF-8 bytes, keeping the end (the newest detail)."""
-    data = text.encode("utf-8", errors="replace")
-    if len(data) <= limit:
-        return text
-    return "..." + data[-(limit - 3) :].decode("utf-8", errors="ignore")
-
-
-def _tail_text(data: bytes, limit: int = ERROR_TAIL_BYTES) -> str:
-    """The last ``limit`` bytes of ``data`` as stripped text (invalid UTF-8 replaced)."""
-    tail = data[-limit:].decode("utf-8", errors="replace").strip()
-    return ("..." + tail) if len(data) > limit else tail
-
-
-def _read_head(path: Path, limit: int) -> tuple[bytes, int]:
-    """Return the first ``limit`` bytes of ``path`` and its size in bytes."""
-    with path.open("rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        return f.read(limit), size
-
-
-def _read_tail(path: Path, limit: int) -> tuple[bytes, int]:
-    """Return the last ``limit`` bytes of ``path`` and its size; a missing file is empty."""
-    try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            f.seek(max(0, size - limit))
-            return f.read(limit), size
-    except FileNotFoundError:
-        return b"", 0
-
-
-def _status_text(status: int) -> str:
-    """``"status 1"``, or ``"status 137 (128 + SIGKILL)"`` for a signal death."""
-    if status > 128:
-        try:
-            return f"status {status} (128 + {signal.Signals(status - 128).name})"
-        except ValueError:
-            pass
-    return f"status {status}"
-
-
-def log_stderr(data: bytes, size: int, *, run_uid: str, invocation_id: str | None) -> None:
-    """Log a stderr tail, one record per line, keyed by run UID and invocation ID.
-
-    Args:
-        data: the kept tail of stderr.
-        size: the full stderr size in bytes (more than ``len(data)`` when the head was
-            dropped; a record says how much).
-        run_uid: the Run UID.
-        invocation_id: the invocation, or None for output of the handler file's top level.
-    """
-    if not data:
-        return
-    fields = {"run_uid": run_uid, "invocation_id": invocation_id, "stream": "stderr"}
-    if size > len(data):
-        log.info("[%d earlier bytes of stderr not logged]", size - len(data), extra=fields)
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        log.info("%s", line, extra=fields)
 
 
 class _ReplyReader:
@@ -217,7 +162,7 @@ class BashWorker:
         with trio.CancelScope(shield=True):
             status = await self._process.wait()
             data, size = await trio.to_thread.run_sync(
-                _read_tail, self._scratch / "err", STDERR_LOG_TAIL_BYTES
+                read_tail, self._scratch / "err", STDERR_LOG_TAIL_BYTES
             )
         log_stderr(data, size, run_uid=self._run_uid, invocation_id=invocation_id)
         return status
@@ -232,31 +177,29 @@ class BashWorker:
         try:
             reply = await self._replies.line()
         except InvocationError as exc:
-            raise RegistrationFailed(_bounded(exc.message)) from None
+            raise RegistrationFailed(bounded(exc.message)) from None
         data, size = await trio.to_thread.run_sync(
-            _read_tail, self._scratch / "worker.log", STDERR_LOG_TAIL_BYTES
+            read_tail, self._scratch / "worker.log", STDERR_LOG_TAIL_BYTES
         )
+        log_stderr(data, size, run_uid=self._run_uid, invocation_id=None)
         script = self._handler.script
-        detail = _tail_text(data)
+        detail = tail_text(data)
         suffix = f": {detail}" if detail else ""
         if reply == "ready":
-            log_stderr(data, size, run_uid=self._run_uid, invocation_id=None)
             return
         if reply == "no-function":
             raise RegistrationFailed(
-                _bounded(
+                bounded(
                     f"{script} does not define a function named {self._handler.function!r}"
                     f" (checked with declare -F){suffix}"
                 )
             )
         if reply is not None and reply.startswith("source-failed "):
             status = reply.removeprefix("source-failed ")
-            raise RegistrationFailed(
-                _bounded(f"sourcing {script} returned status {status}{suffix}")
-            )
+            raise RegistrationFailed(bounded(f"sourcing {script} returned status {status}{suffix}"))
         status_code = await self._process.wait()
         raise RegistrationFailed(
-            _bounded(
+            bounded(
                 f"the bash worker exited with status {status_code} while sourcing {script}{suffix}"
             )
         )
@@ -325,11 +268,11 @@ class BashWorker:
         log_stderr(err, err_size, run_uid=self._run_uid, invocation_id=invocation_id)
         function = self._handler.function
         if status != 0:
-            tail = _tail_text(err)
+            tail = tail_text(err)
             raise InvocationError(
                 "ExitStatus",
-                _bounded(
-                    f"function {function} exited with {_status_text(status)}"
+                bounded(
+                    f"function {function} exited with {status_text(status)}"
                     + (f"; stderr tail: {tail}" if tail else "; stderr was empty")
                 ),
             )
@@ -343,8 +286,8 @@ class BashWorker:
 
     def _read_results(self) -> tuple[bytes, int, bytes, int]:
         """Read the output head and stderr tail of the finished invocation."""
-        output, output_size = _read_head(self._scratch / "out", MAX_OUTPUT_BYTES)
-        err, err_size = _read_tail(self._scratch / "err", STDERR_LOG_TAIL_BYTES)
+        output, output_size = read_head(self._scratch / "out", MAX_OUTPUT_BYTES)
+        err, err_size = read_tail(self._scratch / "err", STDERR_LOG_TAIL_BYTES)
         return output, output_size, err, err_size
 
     async def aclose(self) -> None:
@@ -360,113 +303,4 @@ class BashWorker:
             await self._stdin.aclose()
             await self._replies.aclose()
             await self._process.wait()
-            await trio.to_thread.run_sync(_remove_tree, self._scratch)
-
-
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def locate_script(working_dir: Path, script: Path) -> Path:
-    """Resolve the handler file beneath ``working_dir``.
-
-    Args:
-        working_dir: the registered working directory.
-        script: the handler's ``.sh`` path relative to it.
-
-    Returns:
-        The absolute, symlink-free path of the file.
-
-    Raises:
-        RegistrationFailed: the file is missing, not a regular file, or resolves (through a
-            symlink) outside the working directory.
-    """
-    root = Path(os.path.realpath(working_dir))
-    resolved = Path(os.path.realpath(root / script))
-    if not resolved.is_relative_to(root):
-        raise RegistrationFailed(f"handler file {script} resolves outside the working directory")
-    if not resolved.exists():
-        raise RegistrationFailed(f"handler file {script} not found in the working directory")
-    if not resolved.is_file():
-        raise RegistrationFailed(f"handler file {script} is not a regular file")
-    return resolved
-
-
-async def check_syntax(*, bash: str, script: Path, shown_as: Path, env: Mapping[str, str]) -> None:
-    """Run ``bash -n`` on the handler file.
-
-    Raises:
-        RegistrationFailed: bash reported a syntax error (its bounded message included).
-    """
-    result = await trio.run_process(
-        [bash, "-n", "--", str(script)],
-        stdin=subprocess.DEVNULL,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env=dict(env),
-    )
-    if result.returncode != 0:
-        detail = _tail_text(result.stderr + result.stdout)
-        raise RegistrationFailed(_bounded(f"syntax error in {shown_as} (bash -n): {detail}"))
-
-
-async def start_bash_worker(
-    *,
-    bash: str,
-    working_dir: Path,
-    handler: BashHandler,
-    env: Mapping[str, str],
-    run_uid: str,
-) -> BashWorker:
-    """Start a warm worker with ``handler`` sourced and checked (registration).
-
-    Args:
-        bash: the bash executable (absolute path).
-        working_dir: the registered working directory (exists).
-        handler: the parsed ``file.function`` handler.
-        env: the worker's complete environment.
-        run_uid: for structured logs.
-
-    Returns:
-        A ready worker; the caller owns it and must ``aclose`` it.
-
-    Raises:
-        RegistrationFailed: missing file, syntax error, failing top level, missing function,
-            or bash could not be started.
-    """
-    script = await trio.to_thread.run_sync(locate_script, working_dir, Path(handler.script))
-    await check_syntax(bash=bash, script=script, shown_as=Path(handler.script), env=env)
-    scratch = Path(await trio.to_thread.run_sync(tempfile.mkdtemp, "", "krt-bash-"))
-    try:
-        log_fd = os.open(scratch / "worker.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            process = await trio.lowlevel.open_process(
-                [
-                    bash,
-                    "--noprofile",
-                    "--norc",
-                    str(DRIVER_SCRIPT),
-                    str(script),
-                    handler.function,
-                    str(scratch),
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_fd,
-                cwd=working_dir,
-                env=dict(env),
-                start_new_session=True,
-            )
-        finally:
-            os.close(log_fd)
-    except OSError as exc:
-        await trio.to_thread.run_sync(_remove_tree, scratch)
-        raise RegistrationFailed(_bounded(f"could not start bash ({bash}): {exc}")) from None
-    worker = BashWorker(process=process, scratch=scratch, handler=handler, run_uid=run_uid)
-    try:
-        await worker.handshake()
-    except BaseException:
-        await worker.aclose()
-        raise
-    return worker
+            await trio.to_thread.run_sync(remove_tree, self._scratch)

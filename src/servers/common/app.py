@@ -58,7 +58,8 @@ async def serve(
     """
     await trio.Path(work_dir).mkdir(parents=True, exist_ok=True)
     root = Path(await trio.Path(work_dir).resolve())
-    async with trio.open_nursery() as nursery:
+    listener = await anyio.create_tcp_listener(local_host=host or None, local_port=port)
+    async with listener, trio.open_nursery() as nursery:
         executions = ExecutionManager(
             adapter, work_dir=root, nursery=nursery, cancel_grace_seconds=cancel_grace_seconds
         )
@@ -70,7 +71,6 @@ async def serve(
             "executor.v1.FunctionRuntime": function_runtime.service,
         }
         try:
-            listener = await anyio.create_tcp_listener(local_host=host or None, local_port=port)
             bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
             handler = ConnectionHandler(services, purerpc.Server(port=bound))
             log.info(
@@ -78,8 +78,7 @@ async def serve(
                 extra={"host": host, "port": bound, "work_dir": str(root), "runtime": adapter.name},
             )
             task_status.started((host, bound))
-            async with listener:
-                await listener.serve(handler)
+            await listener.serve(handler)
         finally:
             await functions.aclose()
             await executions.aclose()

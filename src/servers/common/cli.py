@@ -60,16 +60,8 @@ async def _serve_until_signal(
                 break
 
 
-def run_cli(adapter_factory: Callable[[], FunctionAdapter], *, prog: str) -> None:
-    """Run the Runtime Server command line for one language adapter.
-
-    Args:
-        adapter_factory: builds the adapter once the arguments are valid.
-        prog: the program name shown in ``--help`` and errors (e.g. ``krt-python-runtime``).
-
-    Exits through click (status 2 on usage errors); otherwise returns when stopped by
-    SIGTERM/SIGINT.
-    """
+def build_command(adapter_factory: Callable[[], FunctionAdapter], *, prog: str) -> click.Command:
+    """Return the click command of a Runtime Server (see :func:`run_cli`)."""
 
     @click.command(
         name=prog,
@@ -112,9 +104,24 @@ def run_cli(adapter_factory: Callable[[], FunctionAdapter], *, prog: str) -> Non
         adapter = adapter_factory()
         try:
             trio.run(_serve_until_signal, adapter, host, port, work_dir.resolve())
-        except OSError as exc:
-            raise click.ClickException(
-                f"cannot listen on {listen}: {exc.strerror or exc}"
-            ) from None
+        except* OSError as group:
+            first = group.exceptions[0]
+            reason = first.strerror if isinstance(first, OSError) and first.strerror else str(first)
+            raise click.ClickException(f"cannot listen on {listen}: {reason}") from None
 
-    command(prog_name=prog)
+    return command
+
+
+def run_cli(adapter_factory: Callable[[], FunctionAdapter], *, prog: str) -> None:
+    """Run the Runtime Server command line for one language adapter.
+
+    ``--listen HOST:PORT`` and ``--work-dir DIR`` are required; ``--help`` shows an example.
+
+    Args:
+        adapter_factory: builds the adapter once the arguments are valid.
+        prog: the program name shown in ``--help`` and errors (e.g. ``krt-python-runtime``).
+
+    Exits through click (status 2 on usage errors, 1 when the address cannot be bound);
+    otherwise returns when stopped by SIGTERM/SIGINT.
+    """
+    build_command(adapter_factory, prog=prog)(prog_name=prog)

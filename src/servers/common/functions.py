@@ -199,6 +199,11 @@ class FunctionService:
             self._live[reg.registration_id] = live
             self._nursery.start_soon(self._start, live)
         await live.settled.wait()
+        if self.table.get(reg.registration_id) is not reg:
+            raise failed_precondition(
+                f"registration {reg.registration_id} of run {reg.run_uid} was superseded or"
+                " unregistered while it was starting"
+            )
         if reg.state is RegistrationState.FAILED:
             raise failed_precondition(
                 f"registration {reg.registration_id} of run {reg.run_uid} failed: {reg.fatal_error}"
@@ -216,6 +221,12 @@ class FunctionService:
         )
 
     async def _start(self, live: _Live) -> None:
+        try:
+            await self._start_or_fail(live)
+        finally:
+            live.settled.set()
+
+    async def _start_or_fail(self, live: _Live) -> None:
         reg = live.registration
         worker: FunctionWorker | None = None
         try:
@@ -248,7 +259,6 @@ class FunctionService:
             else:
                 with trio.CancelScope(shield=True), trio.move_on_after(_WORKER_CLOSE_SECONDS):
                     await worker.aclose()
-        live.settled.set()
 
     # -- FunctionStatus -------------------------------------------------------------
 

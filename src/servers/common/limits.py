@@ -29,5 +29,7 @@ MAX_OUTPUTS: Final = 64
 MAX_OUTPUT_KEY_CHARS: Final = 63
 MAX_OUTPUT_VALUE_BYTES: Final = 4 * 1024
 MAX_OUTPUTS_TOTAL_BYTES: Final = 16 * 1024
-#: invocation input accepted by a Runtime Server (the gateway enforces 1 MiB; allow framing slack).
+#: invocation input accepted by a Runtime Server (the gateway's request body limit).
 MAX_INVOKE_INPUT_BYTES: Final = 1024 * 1024
+#: invocation output a built-in Runtime Server returns; larger is an OutputTooLarge error.
+MAX_INVOKE_OUTPUT_BYTES: Final = 1024 * 1024

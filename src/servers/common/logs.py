@@ -35,13 +35,16 @@ class JSONFormatter(logging.Formatter):
 
 
 def configure(*, level: int = logging.INFO, stream: IO[str] | None = None) -> None:
-    """Send all ``servers.*`` logs to ``stream`` (default stderr) as JSON lines.
+    """Send ``servers.*`` logs to ``stream`` (default stderr) as JSON lines.
 
-    Replaces handlers installed by an earlier call, so it is safe to call twice.
+    purerpc's own logger goes to the same handler at ERROR and above: it reports every
+    client disconnect and server shutdown as a warning, which is noise here. Replaces
+    handlers installed by an earlier call, so it is safe to call twice.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JSONFormatter())
-    logger = logging.getLogger("servers")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level)
-    logger.propagate = False
+    for name, logger_level in (("servers", level), ("purerpc", max(level, logging.ERROR))):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(logger_level)
+        logger.propagate = False

@@ -34,7 +34,11 @@ def rpc_error(exc: ContractError) -> purerpc.RpcFailedError:
 def _mapped(
     method: Callable[[Any, Any], Awaitable[_T]],
 ) -> Callable[[Any, Any], Awaitable[_T]]:
-    """Decorate an RPC method so ContractError becomes the matching gRPC status."""
+    """Decorate an RPC method so ContractError becomes the matching gRPC status.
+
+    Any other exception is a server bug: it is logged with its traceback and answered with
+    INTERNAL (purerpc itself would answer CANCELLED with the exception's repr).
+    """
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any) -> _T:
@@ -42,6 +46,13 @@ def _mapped(
             return await method(self, request)
         except ContractError as exc:
             raise rpc_error(exc) from None
+        except Exception as exc:
+            log.exception("internal error", extra={"rpc": method.__name__})
+            raise purerpc.RpcFailedError(
+                purerpc.Status(
+                    purerpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+                )
+            ) from None
 
     return wrapper
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 
 import servers
+from servers.common import limits
 from servers.common.adapter import (
     FunctionWorker,
     InvalidInput,
@@ -252,7 +253,7 @@ class PythonAdapter:
         """
         try:
             process = await trio.lowlevel.open_process(
-                [self._python, "-c", _BOOTSTRAP, handler],
+                [self._python, "-c", _BOOTSTRAP, handler, str(limits.MAX_INVOKE_OUTPUT_BYTES)],
                 cwd=str(working_dir),
                 env=minimal_env(env, home=working_dir),
                 stdin=subprocess.PIPE,

@@ -39,8 +39,13 @@ SCHEMA: dict[str, Any] = {
                         "properties": {"v": {"type": "string", "default": "d"}},
                     },
                 },
-                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                         "properties": {"known": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+                "free": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "properties": {
+                        "known": {"type": "object", "properties": {"a": {"type": "string"}}}
+                    },
+                },
                 "tolerant": {"type": "string", "nullable": True, "default": "x"},
                 "strict": {"type": "string", "default": "y"},
             },
@@ -104,7 +109,9 @@ def test_no_defaults_for_absent_parent() -> None:
 
 
 def test_defaults_inside_array_items_and_map_values() -> None:
-    new, _ = admit({"spec": {"env": [{"name": "a"}, {"name": "b", "value": "v"}], "labels": {"x": {}}}})
+    new, _ = admit(
+        {"spec": {"env": [{"name": "a"}, {"name": "b", "value": "v"}], "labels": {"x": {}}}}
+    )
     assert new["spec"]["env"] == [{"name": "a", "value": ""}, {"name": "b", "value": "v"}]
     assert new["spec"]["labels"] == {"x": {"v": "d"}}
 
@@ -135,3 +142,58 @@ def test_defaults_are_copies() -> None:
     first["spec"]["mode"]["timeoutSeconds"] = 1
     second, _ = validator.admit({"spec": {}})
     assert second["spec"]["mode"]["timeoutSeconds"] == 300
+
+
+def test_additional_properties_true_keeps_and_false_prunes() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "open": {"type": "object", "additionalProperties": True},
+                    "closed": {"type": "object", "additionalProperties": False},
+                },
+            }
+        },
+    }
+    new, errors = CRDValidator(schema).admit(
+        {"spec": {"open": {"a": {"b": 1}}, "closed": {"a": 1}}}
+    )
+    assert errors == []
+    assert new["spec"] == {"open": {"a": {"b": 1}}, "closed": {}}
+
+
+def test_embedded_resource_keeps_its_envelope() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "template": {
+                        "type": "object",
+                        "x-kubernetes-embedded-resource": True,
+                        "properties": {
+                            "spec": {"type": "object", "properties": {"x": {"type": "string"}}}
+                        },
+                    }
+                },
+            }
+        },
+    }
+    template = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"x": "1", "y": 2},
+        "junk": 1,
+    }
+    new, errors = CRDValidator(schema).admit({"spec": {"template": template}})
+    assert errors == []
+    assert new["spec"]["template"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"x": "1"},
+    }

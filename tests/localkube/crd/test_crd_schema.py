@@ -23,31 +23,55 @@ def test_structural_schema_has_no_errors() -> None:
     ("spec", "fragment"),
     [
         ({"properties": {"a": {"type": "string"}}}, "properties[spec].type: Required value"),
-        ({"type": "object", "properties": {"a": {}}}, "properties[spec].properties[a].type: Required value"),
-        ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems cannot be set to true"),
+        (
+            {"type": "object", "properties": {"a": {}}},
+            "properties[spec].properties[a].type: Required value",
+        ),
+        (
+            {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+            "uniqueItems cannot be set to true",
+        ),
         ({"type": "array"}, "items: Required value"),
         ({"type": "object", "$ref": "#/x"}, "$ref: Forbidden"),
         ({"type": "object", "patternProperties": {}}, "patternProperties: Forbidden"),
         (
-            {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "string"}},
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "additionalProperties": {"type": "string"},
+            },
             "mutual exclusive",
         ),
         ({"type": "string", "anyOf": [{"type": "string"}]}, "anyOf[0].type: Forbidden"),
         ({"type": "string", "allOf": [{"default": "x"}]}, "allOf[0].default: Forbidden"),
-        ({"type": "object", "x-kubernetes-preserve-unknown-fields": False}, "must be true or undefined"),
+        (
+            {"type": "object", "x-kubernetes-preserve-unknown-fields": False},
+            "must be true or undefined",
+        ),
         ({"type": "strange"}, "type: Unsupported value"),
         ({"type": "string", "x-kubernetes-list-type": "set"}, "must only be used if type is array"),
         (
-            {"type": "array", "x-kubernetes-list-type": "map", "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
+            {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "items": {"type": "object", "properties": {"a": {"type": "string"}}},
+            },
             "x-kubernetes-list-map-keys: Required value",
         ),
         (
-            {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["b"],
-             "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
+            {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["b"],
+                "items": {"type": "object", "properties": {"a": {"type": "string"}}},
+            },
             "entries must all be names of item properties",
         ),
         ({"type": "string", "pattern": "(unclosed"}, "must be a valid regular expression"),
-        ({"type": "integer", "x-kubernetes-int-or-string": True}, "must be empty with x-kubernetes-int-or-string"),
+        (
+            {"type": "integer", "x-kubernetes-int-or-string": True},
+            "must be empty with x-kubernetes-int-or-string",
+        ),
     ],
 )
 def test_non_structural_or_unsupported_schema_rejected(spec: dict[str, Any], fragment: str) -> None:
@@ -57,6 +81,43 @@ def test_non_structural_or_unsupported_schema_rejected(spec: dict[str, Any], fra
     with pytest.raises(UnsupportedSchema, match="openAPIV3Schema") as info:
         CRDValidator(schema)
     assert fragment in str(info.value)
+
+
+def test_list_map_keys_must_be_scalars() -> None:
+    spec = {
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["k"],
+        "items": {"type": "object", "properties": {"k": {"type": "object"}}},
+    }
+    errors = structural_errors(with_spec(spec))
+    assert any(
+        "items.properties[k].type: Invalid value: must be a scalar type" in e for e in errors
+    )
+
+
+def test_root_metadata_only_name_and_generate_name() -> None:
+    allowed = {
+        "type": "object",
+        "properties": {
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 10}},
+            }
+        },
+    }
+    assert structural_errors(allowed) == []
+    forbidden = {
+        "type": "object",
+        "properties": {
+            "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}}
+        },
+    }
+    with pytest.raises(
+        UnsupportedSchema,
+        match=r"must not specify anything other than name and generateName.*labels",
+    ):
+        CRDValidator(forbidden)
 
 
 def test_int_or_string_and_preserve_unknown_need_no_type() -> None:
@@ -83,14 +144,19 @@ def test_root_must_be_object() -> None:
 
 
 def test_invalid_default_rejected() -> None:
-    schema = with_spec({"type": "object", "properties": {"n": {"type": "integer", "maximum": 3, "default": 5}}})
+    schema = with_spec(
+        {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3, "default": 5}}}
+    )
     with pytest.raises(UnsupportedSchema, match=r"properties\[n\]\.default"):
         CRDValidator(schema)
 
 
 def test_default_with_unknown_fields_rejected() -> None:
     schema = with_spec(
-        {"type": "object", "properties": {"o": {"type": "object", "properties": {}, "default": {"x": 1}}}}
+        {
+            "type": "object",
+            "properties": {"o": {"type": "object", "properties": {}, "default": {"x": 1}}},
+        }
     )
     with pytest.raises(UnsupportedSchema, match="unknown fields"):
         CRDValidator(schema)

@@ -45,7 +45,10 @@ RUN_SCHEMA: dict[str, Any] = {
                             "value": {
                                 "type": "string",
                                 "x-kubernetes-validations": [
-                                    {"rule": "self == oldSelf", "message": "env values are immutable"}
+                                    {
+                                        "rule": "self == oldSelf",
+                                        "message": "env values are immutable",
+                                    }
                                 ],
                             },
                         },
@@ -55,7 +58,9 @@ RUN_SCHEMA: dict[str, Any] = {
                     "type": "object",
                     "additionalProperties": {
                         "type": "string",
-                        "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "label fixed"}],
+                        "x-kubernetes-validations": [
+                            {"rule": "self == oldSelf", "message": "label fixed"}
+                        ],
                     },
                 },
             },
@@ -70,7 +75,12 @@ def validator() -> CRDValidator:
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run", "metadata": {"name": "r"}, "spec": spec}
+    return {
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": "r"},
+        "spec": spec,
+    }
 
 
 def messages(errors: list[Any]) -> list[tuple[str, str]]:
@@ -85,7 +95,9 @@ def test_immutable_field(validator: CRDValidator) -> None:
     old = run({"runtime": "python"})
     assert validator.admit(run({"runtime": "python"}), old)[1] == []
     errors = validator.admit(run({"runtime": "bash"}), old)[1]
-    assert messages(errors) == [("spec.runtime", 'Invalid value: "string": spec.runtime is immutable')]
+    assert messages(errors) == [
+        ("spec.runtime", 'Invalid value: "string": spec.runtime is immutable')
+    ]
 
 
 def test_transition_rule_skipped_when_old_value_absent(validator: CRDValidator) -> None:
@@ -98,7 +110,10 @@ def test_cancel_requested_only_false_to_true(validator: CRDValidator) -> None:
     assert validator.admit(run({"cancelRequested": True}), run({"cancelRequested": True}))[1] == []
     errors = validator.admit(run({"cancelRequested": False}), run({"cancelRequested": True}))[1]
     assert messages(errors) == [
-        ("spec.cancelRequested", 'Invalid value: "boolean": cancelRequested can only change from false to true')
+        (
+            "spec.cancelRequested",
+            'Invalid value: "boolean": cancelRequested can only change from false to true',
+        )
     ]
 
 
@@ -106,12 +121,22 @@ def test_rule_on_spec_root_with_absent_fields(validator: CRDValidator) -> None:
     assert validator.admit(run({}), run({}))[1] == []
     assert validator.admit(run({"timeoutSeconds": 5}), run({}))[1] == []
     errors = validator.admit(run({}), run({"timeoutSeconds": 5}))[1]
-    assert messages(errors) == [("spec", 'Invalid value: "object": timeoutSeconds cannot be removed')]
+    assert messages(errors) == [
+        ("spec", 'Invalid value: "object": timeoutSeconds cannot be removed')
+    ]
 
 
 def test_map_list_items_correlate_by_key(validator: CRDValidator) -> None:
     old = run({"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]})
-    reordered = run({"env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}, {"name": "C", "value": "3"}]})
+    reordered = run(
+        {
+            "env": [
+                {"name": "B", "value": "2"},
+                {"name": "A", "value": "1"},
+                {"name": "C", "value": "3"},
+            ]
+        }
+    )
     assert validator.admit(reordered, old)[1] == []
     changed = run({"env": [{"name": "B", "value": "2"}, {"name": "A", "value": "9"}]})
     assert messages(validator.admit(changed, old)[1]) == [
@@ -134,7 +159,10 @@ def test_old_self_below_atomic_list_rejected() -> None:
             "spec": {
                 "type": "object",
                 "properties": {
-                    "l": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [IMMUTABLE]}}
+                    "l": {
+                        "type": "array",
+                        "items": {"type": "string", "x-kubernetes-validations": [IMMUTABLE]},
+                    }
                 },
             }
         },
@@ -163,7 +191,9 @@ def optional_schema(rule: str) -> dict[str, Any]:
 
 
 def test_optional_old_self_runs_on_create() -> None:
-    validator = CRDValidator(optional_schema("oldSelf.hasValue() ? self == oldSelf.value() : self == 'initial'"))
+    validator = CRDValidator(
+        optional_schema("oldSelf.hasValue() ? self == oldSelf.value() : self == 'initial'")
+    )
     assert validator.admit({"spec": {"v": "initial"}})[1] == []
     assert [e.field for e in validator.admit({"spec": {"v": "other"}})[1]] == ["spec.v"]
     assert validator.admit({"spec": {"v": "x"}}, {"spec": {"v": "x"}})[1] == []
@@ -193,7 +223,10 @@ def test_message_expression_may_use_old_self_in_transition_rules() -> None:
                     "v": {
                         "type": "string",
                         "x-kubernetes-validations": [
-                            {"rule": "self == oldSelf", "messageExpression": "'was ' + oldSelf + ', now ' + self"}
+                            {
+                                "rule": "self == oldSelf",
+                                "messageExpression": "'was ' + oldSelf + ', now ' + self",
+                            }
                         ],
                     }
                 },

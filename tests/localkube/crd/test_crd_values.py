@@ -59,7 +59,13 @@ def test_number_accepts_integers() -> None:
 
 
 def test_required_missing() -> None:
-    props = {"inner": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}
+    props = {
+        "inner": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}},
+        }
+    }
     error = only(admit_spec(props, {"inner": {}}))
     assert (error.field, error.reason, error.message) == (
         "spec.inner.name",
@@ -69,7 +75,13 @@ def test_required_missing() -> None:
 
 
 def test_null_for_required_non_nullable_is_dropped_then_required() -> None:
-    props = {"inner": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}
+    props = {
+        "inner": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}},
+        }
+    }
     error = only(admit_spec(props, {"inner": {"name": None}}))
     assert error.field == "spec.inner.name"
     assert error.reason == "FieldValueRequired"
@@ -168,11 +180,31 @@ def test_nested_item_field_path() -> None:
 @pytest.mark.parametrize(
     ("keywords", "value", "message"),
     [
-        ({"maximum": 10}, 11, "Invalid value: 11: spec.n in body should be less than or equal to 10"),
-        ({"maximum": 10, "exclusiveMaximum": True}, 10, "Invalid value: 10: spec.n in body should be less than 10"),
-        ({"minimum": 1}, 0, "Invalid value: 0: spec.n in body should be greater than or equal to 1"),
-        ({"minimum": 1, "exclusiveMinimum": True}, 1, "Invalid value: 1: spec.n in body should be greater than 1"),
-        ({"minimum": 0.5}, 0, "Invalid value: 0: spec.n in body should be greater than or equal to 0.5"),
+        (
+            {"maximum": 10},
+            11,
+            "Invalid value: 11: spec.n in body should be less than or equal to 10",
+        ),
+        (
+            {"maximum": 10, "exclusiveMaximum": True},
+            10,
+            "Invalid value: 10: spec.n in body should be less than 10",
+        ),
+        (
+            {"minimum": 1},
+            0,
+            "Invalid value: 0: spec.n in body should be greater than or equal to 1",
+        ),
+        (
+            {"minimum": 1, "exclusiveMinimum": True},
+            1,
+            "Invalid value: 1: spec.n in body should be greater than 1",
+        ),
+        (
+            {"minimum": 0.5},
+            0,
+            "Invalid value: 0: spec.n in body should be greater than or equal to 0.5",
+        ),
         ({"multipleOf": 3}, 4, "Invalid value: 4: spec.n in body should be a multiple of 3"),
     ],
 )
@@ -187,16 +219,25 @@ def test_numeric_bounds_inclusive_edges_pass() -> None:
 
 
 def test_min_and_max_properties() -> None:
-    props = {"m": {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "string"}}}
+    props = {
+        "m": {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "string"}}
+    }
     error = only(admit_spec(props, {"m": {"a": "1", "b": "2"}}))
-    assert (error.reason, error.message) == ("FieldValueTooMany", "Too many: 2: must have at most 1 item")
-    props = {"m": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}}
+    assert (error.reason, error.message) == (
+        "FieldValueTooMany",
+        "Too many: 2: must have at most 1 item",
+    )
+    props = {
+        "m": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}
+    }
     error = only(admit_spec(props, {"m": {}}))
     assert error.message == "Invalid value: 1: spec.m in body should have at least 1 properties"
 
 
 def test_additional_properties_schema_validates_values() -> None:
-    props = {"labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 2}}}
+    props = {
+        "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 2}}
+    }
     error = only(admit_spec(props, {"labels": {"ok": "1", "bad": "123"}}))
     assert error.field == "spec.labels.bad"
 
@@ -244,7 +285,9 @@ def test_preserve_unknown_fields_accepts_anything() -> None:
 
 
 def test_list_type_set_duplicates() -> None:
-    props = {"tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}
+    props = {
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}
+    }
     error = only(admit_spec(props, {"tags": ["a", "b", "a"]}))
     assert (error.field, error.reason, error.message) == (
         "spec.tags[2]",
@@ -276,7 +319,9 @@ def test_list_type_map_duplicate_keys() -> None:
 
 
 def test_list_type_atomic_allows_duplicates() -> None:
-    props = {"l": {"type": "array", "x-kubernetes-list-type": "atomic", "items": {"type": "string"}}}
+    props = {
+        "l": {"type": "array", "x-kubernetes-list-type": "atomic", "items": {"type": "string"}}
+    }
     assert admit_spec(props, {"l": ["a", "a"]}) == []
 
 
@@ -318,13 +363,17 @@ def test_one_of_any_of_all_of_not() -> None:
     assert admit_spec(props, {"v": "abc"}) == []
     errors = admit_spec(props, {"v": "cde"})
     assert errors[0].field == "<nil>"
-    assert errors[0].message == 'Invalid value: "": "spec.v" must validate at least one schema (anyOf)'
+    assert (
+        errors[0].message == 'Invalid value: "": "spec.v" must validate at least one schema (anyOf)'
+    )
     assert errors[1].field == "spec.v"
 
     one = {"v": {"type": "integer", "oneOf": [{"minimum": 0}, {"minimum": 5}]}}
     assert admit_spec(one, {"v": 1}) == []
     errors = admit_spec(one, {"v": 7})
-    assert errors[0].message.endswith("must validate one and only one schema (oneOf). Found 2 valid alternatives")
+    assert errors[0].message.endswith(
+        "must validate one and only one schema (oneOf). Found 2 valid alternatives"
+    )
 
     every = {"v": {"type": "integer", "allOf": [{"minimum": 0}, {"maximum": 5}]}}
     errors = admit_spec(every, {"v": 9})
@@ -349,7 +398,11 @@ def test_root_metadata_only_name_checked() -> None:
     }
     validator = CRDValidator(schema)
     obj, errors = validator.admit(
-        {"apiVersion": "x.io/v1", "kind": "X", "metadata": {"name": "toolong", "labels": {"a": "b"}}}
+        {
+            "apiVersion": "x.io/v1",
+            "kind": "X",
+            "metadata": {"name": "toolong", "labels": {"a": "b"}},
+        }
     )
     assert [(e.field, e.reason) for e in errors] == [("metadata.name", "FieldValueTooLong")]
     assert obj["metadata"] == {"name": "toolong", "labels": {"a": "b"}}

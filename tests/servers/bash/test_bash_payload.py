@@ -18,7 +18,13 @@ from servers.common.adapter import InvalidInput
 
 @pytest.mark.parametrize(
     "content_type",
-    ["application/json", "Application/JSON; charset=utf-8", "", " application/json "],
+    [
+        "application/json",
+        "Application/JSON; charset=utf-8",
+        "",
+        " application/json ",
+        "application/cloudevents+json",
+    ],
 )
 def test_json_media_types(content_type: str) -> None:
     assert is_json_media_type(content_type)

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import trio
 from bash_helpers import running_worker, write_handler
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,7 @@ JSON = "application/json"
 HANDLERS = r"""
 echo_arg() { printf '%s' "$1"; }
 nargs() { printf '%d' "$#"; }
+chars() { printf '%d' "${#1}"; }
 """
 
 # every code point except surrogates (which UTF-8 cannot encode)
@@ -116,6 +118,24 @@ async def test_non_json_payloads_arrive_intact_and_never_execute(
         result = await worker.invoke(payload, content_type="text/plain", invocation_id="i")
         assert result.output == payload
     assert not (workdir / "pwned").exists()
+
+
+@pytest.mark.parametrize("locale", ["C.UTF-8", "C"])
+async def test_payload_length_is_counted_in_bytes_whatever_the_handler_locale(
+    adapter: BashAdapter, workdir: Path, handlers: Path, locale: str
+) -> None:
+    """The driver reads LENGTH bytes even when the handler runs in a UTF-8 locale."""
+    payload = '"é€𝄞"'.encode()  # 5 characters, 11 bytes
+    env = {"LC_ALL": locale}
+    with trio.fail_after(10):  # a character-counting read would wait for bytes never sent
+        async with running_worker(adapter, workdir, "echo.echo_arg", env=env) as worker:
+            first = await worker.invoke(payload, content_type=JSON, invocation_id="a")
+            second = await worker.invoke(b'"next"', content_type=JSON, invocation_id="b")
+    assert (first.output, second.output) == (payload, b'"next"')
+    async with running_worker(adapter, workdir, "echo.chars", env=env) as worker:
+        counted = await worker.invoke(payload, content_type=JSON, invocation_id="c")
+    # the function itself sees the locale it was given
+    assert counted.output == (b"5" if locale == "C.UTF-8" else b"11")
 
 
 @pytest.mark.parametrize("payload", [b"-n", b"a b\nc", b"", b"$(touch pwned) *"])

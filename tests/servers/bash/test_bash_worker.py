@@ -17,9 +17,10 @@ import pytest
 import trio
 from bash_helpers import running_worker, write_handler
 
-from servers.bash.adapter import BashAdapter
+from servers.bash.adapter import BashAdapter, BashNotFound
+from servers.bash.diagnostics import STDERR_LOG_TAIL_BYTES
 from servers.bash.payload import BINARY_CONTENT_TYPE, JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE
-from servers.bash.worker import MAX_OUTPUT_BYTES, STDERR_LOG_TAIL_BYTES
+from servers.bash.worker import MAX_OUTPUT_BYTES
 from servers.common.adapter import InvalidInput, InvocationError, RegistrationFailed
 
 JSON = "application/json"
@@ -422,3 +423,15 @@ async def test_aclose_is_idempotent_and_removes_the_worker(
     assert not worker.alive
     assert _is_dead(worker.pid)
     assert not worker.scratch_dir.exists()
+
+
+async def test_unusable_bash_fails_registration(workdir: Path, funcs: Path) -> None:
+    adapter = BashAdapter(bash=str(workdir / "no-such-bash"))
+    with pytest.raises(RegistrationFailed, match="cannot prepare the bash worker: .*no-such-bash"):
+        await adapter.start_worker(working_dir=workdir, handler="funcs.greet", env={}, run_uid="u")
+
+
+def test_adapter_needs_bash_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BashNotFound, match="no bash executable on PATH"):
+        BashAdapter()

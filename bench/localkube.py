@@ -1,0 +1,200 @@
+"""Benchmark of the localkube API server: write throughput with watchers, watch delay.
+
+Prints, from one run on this machine:
+
+* sustained create+update throughput (writes/s) while ``--watchers`` (default 10) watch
+  streams follow the same namespace;
+* the delay from sending a write to each watcher receiving its event (p50, p99, ms).
+  Targets (issue 3): at least 1,000 writes/s, watch delay p50 under 5 ms.
+
+The API server runs as its own process (``localkube apiserver`` on a temporary state
+directory, so writes go to SQLite); the clients are trio tasks in this process, using
+httpx over HTTPS with the admin token: ``--writers`` concurrent writers, each creating a
+ConfigMap and then replacing it, alternately. Each write carries a sequence number in its
+data, which the watchers use to match events to the time the write was sent.
+
+Usage: ``python bench/localkube.py [--seconds S] [--writers N] [--watchers N] [--json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+import yaml
+
+NAMESPACE = "default"
+CMS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _start_server(state_dir: Path) -> tuple[trio.Process, str, str, bytes]:
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "localkube.cli", "apiserver", "--state-dir", str(state_dir), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    output = b""
+    with trio.fail_after(30):
+        while b"export KUBECONFIG=" not in output:
+            chunk = await process.stdout.receive_some()
+            if not chunk:
+                raise RuntimeError("localkube apiserver exited before serving")
+            output += chunk
+    config = yaml.safe_load((state_dir / "kubeconfig").read_text())
+    cluster = config["clusters"][0]["cluster"]
+    import base64
+
+    ca = base64.b64decode(cluster["certificate-authority-data"])
+    return process, cluster["server"], config["users"][0]["user"]["token"], ca
+
+
+class Bench:
+    def __init__(self, url: str, token: str, ca: bytes) -> None:
+        self.url = url
+        self.token = token
+        self.ssl = ssl.create_default_context(cadata=ca.decode())
+        self.sent: dict[int, float] = {}
+        self.delays: list[float] = []
+        self.writes = 0
+        self.seq = 0
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.url,
+            verify=self.ssl,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30.0,
+        )
+
+    async def watcher(self, since: str, *, task_status: trio.TaskStatus[None]) -> None:
+        async with self.client() as client:
+            params = {"watch": "true", "resourceVersion": since}
+            async with client.stream("GET", CMS, params=params) as response:
+                task_status.started()
+                async for line in response.aiter_lines():
+                    if not line:
+                        continue
+                    now = time.perf_counter()
+                    event = json.loads(line)
+                    seq = int((event["object"].get("data") or {}).get("seq", -1))
+                    sent = self.sent.get(seq)
+                    if sent is not None:
+                        self.delays.append(now - sent)
+
+    async def writer(self, index: int, deadline: float) -> None:
+        async with self.client() as client:
+            n = 0
+            while time.perf_counter() < deadline:
+                name = f"bench-{index}-{n}"
+                n += 1
+                self.seq += 1
+                seq = self.seq
+                self.sent[seq] = time.perf_counter()
+                created = await client.post(CMS, json={"metadata": {"name": name}, "data": {"seq": str(seq)}})
+                created.raise_for_status()
+                self.writes += 1
+                self.seq += 1
+                seq = self.seq
+                obj = created.json()
+                obj["data"] = {"seq": str(seq)}
+                self.sent[seq] = time.perf_counter()
+                updated = await client.put(f"{CMS}/{name}", json=obj)
+                updated.raise_for_status()
+                self.writes += 1
+
+
+async def run(seconds: float, writers: int, watchers: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="localkube-bench-") as tmp:
+        process, url, token, ca = await _start_server(Path(tmp))
+        try:
+            bench = Bench(url, token, ca)
+            async with bench.client() as client:
+                since = (await client.get(CMS)).json()["metadata"]["resourceVersion"]
+            async with trio.open_nursery() as nursery:
+                for _ in range(watchers):
+                    await nursery.start(bench.watcher, since)
+                # warm-up: connections, TLS, first requests
+                await bench.writer(9999, time.perf_counter() + 0.5)
+                bench.writes = 0
+                bench.delays.clear()
+                start = time.perf_counter()
+                server_cpu = _cpu_seconds(process.pid)
+                client_cpu = time.process_time()
+                async with trio.open_nursery() as writing:
+                    for index in range(writers):
+                        writing.start_soon(bench.writer, index, start + seconds)
+                elapsed = time.perf_counter() - start
+                server_cpu = _cpu_seconds(process.pid) - server_cpu
+                client_cpu = time.process_time() - client_cpu
+                await trio.sleep(0.5)  # let watchers drain
+                nursery.cancel_scope.cancel()
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.move_on_after(5):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+    delays_ms = [d * 1000 for d in bench.delays]
+    return {
+        "seconds": round(elapsed, 2),
+        "writers": writers,
+        "watchers": watchers,
+        "writes": bench.writes,
+        "writes_per_second": round(bench.writes / elapsed, 1),
+        "watch_events": len(delays_ms),
+        "watch_delay_p50_ms": round(_percentile(delays_ms, 0.50), 2),
+        "watch_delay_p99_ms": round(_percentile(delays_ms, 0.99), 2),
+        "server_cpu_ms_per_write": round(server_cpu * 1000 / max(bench.writes, 1), 3),
+        "client_cpu_ms_per_write": round(client_cpu * 1000 / max(bench.writes, 1), 3),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def main() -> None:
+    """Parse arguments, run the benchmark once and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="measured write phase (s)")
+    parser.add_argument("--writers", type=int, default=8, help="concurrent writer connections")
+    parser.add_argument("--watchers", type=int, default=10, help="concurrent watch streams")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    result = trio.run(run, args.seconds, args.writers, args.watchers)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"writes: {result['writes']} in {result['seconds']} s = {result['writes_per_second']} writes/s "
+          f"({result['writers']} writers, {result['watchers']} watchers, SQLite)")
+    print(f"watch delay (write sent -> event received, {result['watch_events']} events): "
+          f"p50 {result['watch_delay_p50_ms']} ms, p99 {result['watch_delay_p99_ms']} ms")
+    print(f"CPU per write: server {result['server_cpu_ms_per_write']} ms, "
+          f"benchmark client {result['client_cpu_ms_per_write']} ms ({result['cpu_count']} cores shared)")
+    print("targets: >= 1000 writes/s, p50 < 5 ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""Status patches for the ordinary lifecycle transitions, so every writer sets them alike.
+
+Seed 000 (Lifecycle State Machine, Run Status API) and seed 003 (Task Execution Lifecycle):
+
+* scheduler: :func:`unschedulable_patch` (stays Pending, ``Scheduled=False`` with why),
+  :func:`bind_patch` (Pending -> Scheduled, ``attempt`` 1 on first bind),
+  :func:`cancelled_patch` for a cancel before assignment;
+* runtimed: :func:`claim_patch` (Scheduled -> Running, ``startTime``),
+  :func:`ready_patch` (function registered), :func:`succeeded_patch`,
+  :func:`timed_out_patch`, :func:`cancelled_patch`; failures go through
+  :func:`krt.api.retry.decide`.
+
+Each function is pure, returns a :data:`~krt.api.patches.StatusPatch` for a conditional
+update, and raises ``ValueError`` when the Run's current phase does not allow the transition
+(:func:`krt.api.phases.can_transition`), so a writer acting on a stale read fails loudly
+instead of writing a transition the state machine forbids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from krt.api.conditions import Condition, bound_message, set_condition
+from krt.api.constants import Reason, RunConditionType
+from krt.api.outputs import validate_outputs
+from krt.api.patches import StatusPatch
+from krt.api.phases import Phase, can_transition
+from krt.api.run import Endpoint, Run
+from krt.api.times import format_time
+
+UNSCHEDULABLE_REASONS = frozenset(
+    {Reason.RUNTIME_NOT_FOUND, Reason.NO_READY_POD, Reason.INSUFFICIENT_CAPACITY}
+)
+TIMEOUT_REASONS = frozenset(
+    {Reason.TIMEOUT_EXCEEDED, Reason.LIFETIME_EXCEEDED, Reason.IDLE_TIMEOUT}
+)
+
+
+def _require(run: Run, new: Phase) -> None:
+    if not can_transition(run.status.phase, new):
+        raise ValueError(f"Run {run.key}: phase {run.status.phase.value} cannot become {new.value}")
+
+
+def _wire(conditions: list[Condition]) -> list[dict[str, object]]:
+    return [condition.to_dict() for condition in conditions]
+
+
+def unschedulable_patch(run: Run, *, reason: Reason, message: str, now: datetime) -> StatusPatch:
+    """Keep a Pending Run Pending and say why it cannot be placed.
+
+    Args:
+        run: a Pending Run.
+        reason: ``RuntimeNotFound``, ``NoReadyPod`` or ``InsufficientCapacity``.
+        message: detail for users (``"0 of 3 Pods have 1 free runs"``).
+        now: current time.
+
+    Returns:
+        The patch, or ``{}`` when the Run already says exactly this (no write needed).
+
+    Raises:
+        ValueError: the Run is not Pending or ``reason`` is not an unschedulable reason.
+    """
+    if run.status.phase is not Phase.PENDING:
+        raise ValueError(f"Run {run.key} is {run.status.phase.value}, not Pending")
+    if reason not in UNSCHEDULABLE_REASONS:
+        raise ValueError(f"{reason!r} is not a reason a Run cannot be scheduled")
+    conditions = set_condition(
+        run.status.conditions,
+        RunConditionType.SCHEDULED,
+        False,
+        reason=reason,
+        message=message,
+        now=now,
+    )
+    if conditions == list(run.status.conditions):
+        return {}
+    return {"phase": Phase.PENDING.value, "conditions": _wire(conditions)}
+
+
+def bind_patch(run: Run, *, pod_name: str, pod_uid: str, now: datetime) -> StatusPatch:
+    """Bind a Pending Run to a Runtime Pod (the scheduler's conditional update).
+
+    Sets phase Scheduled, ``assignedPod``/``assignedPodUID``, ``attempt`` (1 on the first
+    bind; a requeued Run keeps the attempt the retry engine gave it), removes
+    ``retryAfter`` and sets ``Scheduled=True/Assigned`` (function Runs: ``Ready=False/
+    Registering``).
+
+    Raises:
+        ValueError: the Run is not Pending, or the Pod name or UID is empty.
+    """
+    if run.status.phase is not Phase.PENDING:
+        raise ValueError(f"Run {run.key} is {run.status.phase.value}, not Pending")
+    if not pod_name or not pod_uid:
+        raise ValueError("bind needs the Pod's name and UID")
+    message = f"bound to Pod {pod_name}"
+    conditions = set_condition(
+        run.status.conditions,
+        RunConditionType.SCHEDULED,
+        True,
+        reason=Reason.ASSIGNED,
+        message=message,
+        now=now,
+    )
+    if run.spec.is_function:
+        conditions = set_condition(
+            conditions,
+            RunConditionType.READY,
+            False,
+            reason=Reason.REGISTERING,
+            message=message,
+            now=now,
+        )
+    return {
+        "phase": Phase.SCHEDULED.value,
+        "assignedPod": pod_name,
+        "assignedPodUID": pod_uid,
+        "attempt": max(1, run.status.attempt),
+        "retryAfter": None,
+        "conditions": _wire(conditions),
+    }
+
+
+def claim_patch(run: Run, *, now: datetime) -> StatusPatch:
+    """runtimed claims a Scheduled Run: phase Running, ``Running=True/Claimed``.
+
+    ``startTime`` is set only when unset, so ``spec.timeout`` bounds the Run across attempts.
+
+    Raises:
+        ValueError: the Run is not Scheduled.
+    """
+    if run.status.phase is not Phase.SCHEDULED:
+        raise ValueError(f"Run {run.key} is {run.status.phase.value}, not Scheduled")
+    conditions = set_condition(
+        run.status.conditions,
+        RunConditionType.RUNNING,
+        True,
+        reason=Reason.CLAIMED,
+        message=f"attempt {max(1, run.status.attempt)} claimed by Pod {run.status.assigned_pod}",
+        now=now,
+    )
+    patch: StatusPatch = {"phase": Phase.RUNNING.value, "conditions": _wire(conditions)}
+    if run.status.start_time is None:
+        patch["startTime"] = format_time(now)
+    return patch
+
+
+def ready_patch(run: Run, *, endpoint: Endpoint, now: datetime) -> StatusPatch:
+    """A function Run is registered and accepts invokes: phase Ready, ``Ready=True``.
+
+    Raises:
+        ValueError: not a function Run, or not Running/Ready.
+    """
+    if not run.spec.is_function:
+        raise ValueError(f"Run {run.key} is a task; only function Runs become Ready")
+    _require(run, Phase.READY)
+    conditions = set_condition(
+        run.status.conditions,
+        RunConditionType.READY,
+        True,
+        reason=Reason.FUNCTION_REGISTERED,
+        message=f"registered on Pod {run.status.assigned_pod}",
+        now=now,
+    )
+    return {
+        "phase": Phase.READY.value,
+        "reason": Reason.FUNCTION_REGISTERED.value,
+        "message": None,
+        "endpoint": endpoint.to_dict(),
+        "conditions": _wire(conditions),
+    }
+
+
+def succeeded_patch(run: Run, *, outputs: Mapping[str, str], now: datetime) -> StatusPatch:
+    """A task's execution succeeded: phase Succeeded with its bounded outputs.
+
+    Raises:
+        OutputsError: ``outputs`` break a bound; fail the attempt with reason
+            ``OutputsInvalid`` (through :func:`krt.api.retry.decide`) instead.
+        ValueError: the Run cannot become Succeeded from its phase.
+    """
+    _require(run, Phase.SUCCEEDED)
+    valid = validate_outputs(outputs)
+    conditions = set_condition(
+        run.status.conditions,
+        RunConditionType.RUNNING,
+        False,
+        reason=Reason.SUCCEEDED,
+        message="the execution succeeded",
+        now=now,
+    )
+    patch: StatusPatch = {
+        "phase": Phase.SUCCEEDED.value,
+        "reason": Reason.SUCCEEDED.value,
+        "message": None,
+        "completionTime": format_time(now),
+        "retryAfter": None,
+        "conditions": _wire(conditions),
+    }
+    patch["outputs"] = valid if valid else None
+    return patch
+
+
+def _ended(run: Run, phase: Phase, reason: Reason, message: str, now: datetime) -> StatusPatch:
+    _require(run, phase)
+    message = bound_message(message)
+    conditions = list(run.status.conditions)
+    if run.status.phase is not Phase.PENDING:
+        conditions = set_condition(
+            conditions, RunConditionType.RUNNING, False, reason=reason, message=message, now=now
+        )
+    if run.spec.is_function:
+        conditions = set_condition(
+            conditions, RunConditionType.READY, False, reason=reason, message=message, now=now
+        )
+    return {
+        "phase": phase.value,
+        "reason": reason.value,
+        "message": message,
+        "completionTime": format_time(now),
+        "retryAfter": None,
+        "conditions": _wire(conditions),
+    }
+
+
+def timed_out_patch(run: Run, *, reason: Reason, message: str, now: datetime) -> StatusPatch:
+    """End a Run Timeout (after runtimed cancelled / unregistered it).
+
+    Args:
+        run: an active Run.
+        reason: ``TimeoutExceeded`` (task), ``LifetimeExceeded`` (function ``spec.timeout``)
+            or ``IdleTimeout`` (function idle timeout).
+        message: detail.
+        now: current time.
+
+    Raises:
+        ValueError: ``reason`` is not a timeout reason, or the phase cannot become Timeout.
+    """
+    if reason not in TIMEOUT_REASONS:
+        raise ValueError(f"{reason!r} is not a timeout reason")
+    return _ended(run, Phase.TIMEOUT, reason, message, now)
+
+
+def cancelled_patch(run: Run, *, now: datetime, message: str = "cancel requested") -> StatusPatch:
+    """End a Run Cancelled (scheduler before assignment; runtimed after cleanup).
+
+    Raises:
+        ValueError: the Run is already terminal.
+    """
+    return _ended(run, Phase.CANCELLED, Reason.CANCELLED, message, now)
+
+
+def timeout_deadline(run: Run) -> datetime | None:
+    """When ``spec.timeout`` expires: ``startTime + timeout``, or ``None`` if either is unset.
+
+    Raises:
+        DurationError: ``spec.timeout`` is malformed.
+    """
+    seconds = run.spec.timeout_seconds
+    if seconds is None or run.status.start_time is None:
+        return None
+    return run.status.start_time + timedelta(seconds=seconds)

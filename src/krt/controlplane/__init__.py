@@ -1,0 +1,12 @@
+"""The kruntimes control plane: Runtime controller, scheduler, stale-Run reaper, completed-Run GC.
+
+Runs as one leader-elected process (``krt-controlplane``, :mod:`krt.controlplane.__main__`):
+one trio nursery tree over shared informers (Runs, Runtimes, Pods, Leases, EndpointSlices,
+Deployments). Every decision is a pure function over plain data (``scheduling``,
+``fencing``, ``runtime_resources``, ``capacity``); the ``*_loop`` modules do the I/O.
+
+It talks only to the Kubernetes API (through :mod:`krt.kube`) and imports only
+:mod:`krt.api` and :mod:`krt.kube`; it must not import ``runtimed``, ``gateway`` or
+``localkube``. Importing this package is cheap: :mod:`krt.controlplane.naming` is what the
+gateway imports to find a Runtime's Service.
+"""

@@ -1,0 +1,143 @@
+"""Capacity accounting: which Runs occupy which Runtime Pod, derived from Runs only.
+
+Issue 5, Scheduler, and seed 000, Capacity and Concurrency: a Pod's usage is the sum of the
+effective ``resources.requests`` of the Runs that hold capacity on it, never an annotation.
+A Run holds capacity on the Pod whose UID is its ``status.assignedPodUID`` while
+
+* its phase is active (Scheduled, Running, Ready: :func:`krt.api.phases.holds_capacity`), or
+* it is being deleted and still carries the ``kruntimes.io/registration-cleanup`` finalizer
+  (runtimed has not yet released the registration; seed 000, Cleanup and Finalization).
+
+Usage is keyed by Pod UID, so a replaced Pod that reuses a name starts empty.
+
+The informer cache lags this process's own writes. :class:`AssumedBinds` is the scheduler's
+"assumed" cache (as in kube-scheduler): after a bind succeeds, the Run counts on its Pod
+until the informer delivers any newer version of that Run (or its deletion). Without it, a
+burst of Pending Runs would all see the same free slot and overfill the Pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER
+from krt.api.phases import holds_capacity
+from krt.api.resources import ResourceList, add
+from krt.api.run import Run
+
+
+def capacity_holder(run: Run) -> str | None:
+    """The UID of the Pod on which ``run`` holds capacity, or ``None`` if it holds none."""
+    uid = run.status.assigned_pod_uid
+    if not uid:
+        return None
+    if holds_capacity(run.status.phase):
+        return uid
+    if run.metadata.is_deleting and REGISTRATION_CLEANUP_FINALIZER in run.metadata.finalizers:
+        return uid
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    """A bind this process made that its informer may not have delivered yet.
+
+    Attributes:
+        pod_uid: the Pod the Run was bound to.
+        requests: the Run's effective requests.
+        cached_resource_version: the Run's ``resourceVersion`` the bind was made from; any
+            other version in the cache includes the bind (or a later change).
+    """
+
+    pod_uid: str
+    requests: Mapping[str, int]
+    cached_resource_version: str
+
+
+class AssumedBinds:
+    """Binds made by this process, counted until the informer catches up.
+
+    Keys are Run UIDs. Not thread-safe (one trio task owns it).
+    """
+
+    def __init__(self) -> None:
+        """Create an empty cache."""
+        self._by_run: dict[str, Assumption] = {}
+
+    def __len__(self) -> int:
+        """Number of binds still assumed."""
+        return len(self._by_run)
+
+    def assume(self, run: Run, pod_uid: str) -> None:
+        """Record that ``run`` (as read from the cache) was just bound to ``pod_uid``.
+
+        Args:
+            run: the Run as the scheduler read it before binding.
+            pod_uid: the Pod's UID.
+        """
+        self._by_run[run.metadata.uid] = Assumption(
+            pod_uid=pod_uid,
+            requests=run.spec.effective_requests,
+            cached_resource_version=run.metadata.resource_version,
+        )
+
+    def observe(self, run_uid: str, resource_version: str | None) -> None:
+        """Tell the cache what the informer now holds for a Run.
+
+        Args:
+            run_uid: the Run's UID.
+            resource_version: its cached ``resourceVersion``, or ``None`` once it is deleted.
+                Any version other than the one the bind was made from ends the assumption.
+        """
+        assumption = self._by_run.get(run_uid)
+        if assumption is None:
+            return
+        if resource_version is None or resource_version != assumption.cached_resource_version:
+            del self._by_run[run_uid]
+
+    def forget(self, run_uid: str) -> None:
+        """Drop an assumption (e.g. the bind turned out not to have happened)."""
+        self._by_run.pop(run_uid, None)
+
+    def get(self, run_uid: str) -> Assumption | None:
+        """The assumption for a Run, if any."""
+        return self._by_run.get(run_uid)
+
+    def assumptions(self) -> Iterable[tuple[str, Assumption]]:
+        """All (Run UID, assumption) pairs."""
+        return tuple(self._by_run.items())
+
+
+def usage_by_pod(runs: Iterable[Run], assumed: AssumedBinds | None = None) -> dict[str, dict[str, int]]:
+    """The resources in use on each Pod (by Pod UID), from Runs and assumed binds.
+
+    Args:
+        runs: the cached Runs (of any set of namespaces; only assigned ones count).
+        assumed: binds this process made that the cache may not show yet; an assumed Run
+            counts on the assumed Pod instead of wherever the (stale) cache places it.
+
+    Returns:
+        Pod UID -> resource name -> quantity in use. Pods with no usage are absent.
+    """
+    usage: dict[str, dict[str, int]] = {}
+    assumed_runs: set[str] = set()
+    if assumed is not None:
+        for run_uid, assumption in assumed.assumptions():
+            assumed_runs.add(run_uid)
+            usage[assumption.pod_uid] = add(
+                usage.get(assumption.pod_uid, {}), assumption.requests
+            )
+    for run in runs:
+        if run.metadata.uid in assumed_runs:
+            continue
+        pod_uid = capacity_holder(run)
+        if pod_uid is None:
+            continue
+        usage[pod_uid] = add(usage.get(pod_uid, {}), run.spec.effective_requests)
+    return usage
+
+
+def pod_usage(runs: Iterable[Run], pod_uid: str, assumed: AssumedBinds | None = None) -> ResourceList:
+    """The resources in use on one Pod (see :func:`usage_by_pod`)."""
+    return usage_by_pod(runs, assumed).get(pod_uid, {})

@@ -1,0 +1,129 @@
+"""What the control plane needs to know about a Runtime Pod, read from plain Pod dicts.
+
+Pure: the informer adapters pass Pod, Lease and EndpointSlice dicts in; the scheduler and
+the reaper decide on :class:`PodState`. A Pod is *schedulable* (issue 5, Scheduler) when it
+is Ready (its readiness gate ``kruntimes.io/RuntimedReady`` included), not deleting, and its
+runtimed heartbeat Lease is fresh (docs/design-notes.md: ``renewTime +
+leaseDurationSeconds`` in the future and ``holderIdentity`` equal to the Pod's UID).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from krt.api.constants import RUNTIME_LABEL
+from krt.api.errors import InvalidObjectError
+from krt.api.times import parse_time
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    """One Runtime Pod as the scheduler and reaper see it.
+
+    Attributes:
+        name: Pod name.
+        uid: Pod UID (assignments are fenced by UID, not name).
+        namespace: Pod namespace.
+        runtime: value of the ``kruntimes.io/runtime`` label (``""`` when absent).
+        ready: the Pod's ``Ready`` condition is True.
+        deleting: ``metadata.deletionTimestamp`` is set.
+        heartbeat_fresh: runtimed's heartbeat Lease is fresh for this exact UID.
+    """
+
+    name: str
+    uid: str
+    namespace: str
+    runtime: str
+    ready: bool
+    deleting: bool
+    heartbeat_fresh: bool
+
+    @property
+    def schedulable(self) -> bool:
+        """Ready, not deleting, heartbeat fresh: the scheduler may bind Runs here."""
+        return self.ready and not self.deleting and self.heartbeat_fresh
+
+
+def pod_is_ready(pod: Mapping[str, Any]) -> bool:
+    """True when the Pod's ``status.conditions`` has ``Ready`` = ``"True"``."""
+    for condition in pod.get("status", {}).get("conditions", None) or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def heartbeat_fresh(lease: Mapping[str, Any] | None, pod_uid: str, now: datetime) -> bool:
+    """True when runtimed's heartbeat Lease proves the Pod with ``pod_uid`` alive at ``now``.
+
+    docs/design-notes.md: fresh when ``spec.holderIdentity == pod_uid`` and
+    ``spec.renewTime + spec.leaseDurationSeconds`` is after ``now``.
+
+    Args:
+        lease: the ``coordination.k8s.io/v1`` Lease dict, or ``None`` when there is none.
+        pod_uid: the Pod's current UID (a Lease left by a replaced Pod of the same name does
+            not count).
+        now: the current wall-clock time (aware).
+
+    Returns:
+        False for a missing Lease, another holder, or a malformed or expired renewal.
+    """
+    if lease is None or not pod_uid:
+        return False
+    spec = lease.get("spec") or {}
+    if spec.get("holderIdentity") != pod_uid:
+        return False
+    renew = spec.get("renewTime")
+    duration = spec.get("leaseDurationSeconds")
+    if not isinstance(renew, str) or not isinstance(duration, int) or isinstance(duration, bool):
+        return False
+    try:
+        renewed = parse_time(renew, field="spec.renewTime")
+    except InvalidObjectError:
+        return False
+    return renewed + timedelta(seconds=duration) > now
+
+
+def pod_state(pod: Mapping[str, Any], *, lease: Mapping[str, Any] | None, now: datetime) -> PodState:
+    """Read a :class:`PodState` from a Pod dict and its heartbeat Lease.
+
+    Args:
+        pod: the Pod as the API returns it.
+        lease: its heartbeat Lease (``runtimed-<pod-name>``), or ``None``.
+        now: the current wall-clock time (aware).
+    """
+    meta = pod.get("metadata", {})
+    uid = str(meta.get("uid", ""))
+    return PodState(
+        name=str(meta.get("name", "")),
+        uid=uid,
+        namespace=str(meta.get("namespace", "")),
+        runtime=str((meta.get("labels") or {}).get(RUNTIME_LABEL, "")),
+        ready=pod_is_ready(pod),
+        deleting=meta.get("deletionTimestamp") is not None,
+        heartbeat_fresh=heartbeat_fresh(lease, uid, now),
+    )
+
+
+def ready_endpoint_pod_uids(slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """UIDs of the Pods an EndpointSlice set still routes traffic to.
+
+    An endpoint counts while ``conditions.ready`` is not false (Kubernetes treats an unset
+    ``ready`` as ready) and ``conditions.terminating`` is not true: that is the set the
+    Service forwards to. Seed 000 fencing needs "removed from Service endpoints".
+
+    Args:
+        slices: the ``discovery.k8s.io/v1`` EndpointSlices of one Service.
+    """
+    uids: set[str] = set()
+    for endpoint_slice in slices:
+        for endpoint in endpoint_slice.get("endpoints", None) or []:
+            conditions = endpoint.get("conditions") or {}
+            if conditions.get("ready") is False or conditions.get("terminating") is True:
+                continue
+            target = endpoint.get("targetRef") or {}
+            if target.get("kind", "Pod") == "Pod" and target.get("uid"):
+                uids.add(str(target["uid"]))
+    return frozenset(uids)

@@ -1,0 +1,417 @@
+"""The Runtime controller's desired objects and status, computed from a Runtime (pure).
+
+Issue 5, Runtime controller. For each Runtime the controller keeps, in the Runtime's
+namespace and owned by it (garbage-collected with it):
+
+* a Deployment whose Pods run the template's containers plus the injected ``runtimed``
+  sidecar (image ``spec.daemonImage`` or :data:`~krt.controlplane.naming.DEFAULT_DAEMON_IMAGE`),
+  carry the ``kruntimes.io/runtime`` label and the capacity annotation, have a readiness gate
+  on ``kruntimes.io/RuntimedReady``, share the workspace emptyDir, and give runtimed its Pod
+  name, namespace, UID and IP (downward API), the Runtime name, the Runtime Server address
+  and its own port;
+* a ClusterIP Service selecting those Pods (only Ready ones receive traffic) on runtimed's
+  gRPC port, named by :func:`~krt.controlplane.naming.runtime_service_name`;
+* a ServiceAccount, Role and RoleBinding with the least permissions runtimed needs.
+
+Each object carries :data:`~krt.controlplane.naming.DESIRED_HASH_ANNOTATION`, a hash of the
+desired form; the reconciler replaces an object whose hash differs (or whose replica count
+drifted) and recreates a missing one.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from krt.api.conditions import set_condition
+from krt.api.constants import (
+    API_VERSION,
+    CAPACITY_ANNOTATION,
+    GROUP,
+    RUN_PLURAL,
+    RUNTIME_KIND,
+    RUNTIME_LABEL,
+    RUNTIMED_READY_POD_CONDITION,
+    ConditionStatus,
+    RuntimeConditionType,
+)
+from krt.api.patches import StatusPatch
+from krt.api.runtime import Runtime
+from krt.controlplane.naming import (
+    DEFAULT_DAEMON_IMAGE,
+    DESIRED_HASH_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    RUNTIMED_CONTAINER_NAME,
+    RUNTIMED_GRPC_PORT,
+    RUNTIMED_GRPC_PORT_NAME,
+    WORKSPACE_MOUNT_PATH,
+    WORKSPACE_VOLUME_NAME,
+    runtime_deployment_name,
+    runtime_object_name,
+    runtime_service_account_name,
+    runtime_service_name,
+)
+from krt.controlplane.podstate import PodState
+
+#: The permissions runtimed needs in its namespace (least privilege; issue 5):
+#: read Runs and write their status and finalizers (seed 000 Cleanup and Finalization),
+#: read Pods and EndpointSlices (ownership cache, peer routing), patch its Pod's status
+#: (the RuntimedReady condition), keep its heartbeat Lease, and record Events.
+#: SelfSubjectAccessReview needs no RBAC: every authenticated user may create it.
+RUNTIMED_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": [GROUP], "resources": [RUN_PLURAL], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{RUN_PLURAL}/status"], "verbs": ["update", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+    {
+        "apiGroups": ["discovery.k8s.io"],
+        "resources": ["endpointslices"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["create", "get", "update"],
+    },
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+)
+
+
+def desired_hash(obj: Mapping[str, Any]) -> str:
+    """A stable hash of an object's desired form (16 hex digits), ignoring the hash itself."""
+    clean = copy.deepcopy(dict(obj))
+    annotations = clean.get("metadata", {}).get("annotations", {})
+    annotations.pop(DESIRED_HASH_ANNOTATION, None)
+    encoded = json.dumps(clean, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def _stamp(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"].setdefault("annotations", {})[DESIRED_HASH_ANNOTATION] = desired_hash(obj)
+    return obj
+
+
+def owner_reference(runtime: Runtime) -> dict[str, Any]:
+    """The controller owner reference to ``runtime`` (children are garbage-collected with it)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": RUNTIME_KIND,
+        "name": runtime.metadata.name,
+        "uid": runtime.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def runtime_labels(runtime: Runtime) -> dict[str, str]:
+    """Labels on every object of a Runtime (the Runtime label selects its Pods)."""
+    return {RUNTIME_LABEL: runtime.metadata.name, MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+
+
+def runtime_selector(runtime: Runtime) -> dict[str, str]:
+    """The label selector of a Runtime's Pods (Deployment and Service)."""
+    return {RUNTIME_LABEL: runtime.metadata.name}
+
+
+def _metadata(runtime: Runtime, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": runtime.metadata.namespace,
+        "labels": runtime_labels(runtime),
+        "ownerReferences": [owner_reference(runtime)],
+    }
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def runtimed_container(runtime: Runtime) -> dict[str, Any]:
+    """The injected runtimed sidecar container.
+
+    Environment: ``POD_NAME``, ``POD_NAMESPACE``, ``POD_UID``, ``POD_IP`` (downward API),
+    ``RUNTIME_NAME``, ``RUNTIME_SERVER_ADDRESS`` (``$(POD_IP):<spec.port>``: the Runtime
+    Server listens on the Pod's address, which is also loopback-reachable on Kubernetes),
+    ``RUNTIMED_PORT`` and ``WORKSPACE_DIR``.
+    """
+    return {
+        "name": RUNTIMED_CONTAINER_NAME,
+        "image": runtime.spec.daemon_image or DEFAULT_DAEMON_IMAGE,
+        "ports": [
+            {"name": RUNTIMED_GRPC_PORT_NAME, "containerPort": RUNTIMED_GRPC_PORT, "protocol": "TCP"}
+        ],
+        "env": [
+            _field_env("POD_NAME", "metadata.name"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+            _field_env("POD_UID", "metadata.uid"),
+            _field_env("POD_IP", "status.podIP"),
+            {"name": "RUNTIME_NAME", "value": runtime.metadata.name},
+            {"name": "RUNTIME_SERVER_ADDRESS", "value": f"$(POD_IP):{runtime.spec.port}"},
+            {"name": "RUNTIMED_PORT", "value": str(RUNTIMED_GRPC_PORT)},
+            {"name": "WORKSPACE_DIR", "value": WORKSPACE_MOUNT_PATH},
+        ],
+        "volumeMounts": [{"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH}],
+    }
+
+
+def pod_template(runtime: Runtime) -> dict[str, Any]:
+    """The Deployment's Pod template: ``spec.template`` with kruntimes' additions.
+
+    Raises:
+        ValueError: the template has no containers, or already has a container named
+            ``runtimed`` (the name of the injected sidecar).
+    """
+    template = copy.deepcopy(dict(runtime.spec.template))
+    meta = template.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), **runtime_selector(runtime)}
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        CAPACITY_ANNOTATION: json.dumps(
+            runtime.spec.effective_capacity, sort_keys=True, separators=(",", ":")
+        ),
+    }
+    spec = template.setdefault("spec", {})
+    containers = list(spec.get("containers") or [])
+    if not containers:
+        raise ValueError("spec.template.spec.containers: at least one container is required")
+    if any(c.get("name") == RUNTIMED_CONTAINER_NAME for c in containers):
+        raise ValueError(
+            f'spec.template.spec.containers: the name "{RUNTIMED_CONTAINER_NAME}" is reserved '
+            "for the injected runtimed sidecar"
+        )
+    for container in containers:
+        mounts = list(container.get("volumeMounts") or [])
+        if not any(m.get("name") == WORKSPACE_VOLUME_NAME for m in mounts):
+            mounts.append({"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH})
+        container["volumeMounts"] = mounts
+    spec["containers"] = [*containers, runtimed_container(runtime)]
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") != WORKSPACE_VOLUME_NAME]
+    spec["volumes"] = [*volumes, {"name": WORKSPACE_VOLUME_NAME, "emptyDir": {}}]
+    gates = [
+        g
+        for g in spec.get("readinessGates") or []
+        if g.get("conditionType") != RUNTIMED_READY_POD_CONDITION
+    ]
+    spec["readinessGates"] = [*gates, {"conditionType": RUNTIMED_READY_POD_CONDITION}]
+    spec["serviceAccountName"] = runtime_service_account_name(runtime.metadata.name)
+    return template
+
+
+def desired_deployment(runtime: Runtime) -> dict[str, Any]:
+    """The Runtime's Deployment (``apps/v1``), hash-stamped.
+
+    Raises:
+        ValueError: see :func:`pod_template`.
+    """
+    return _stamp(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _metadata(runtime, runtime_deployment_name(runtime.metadata.name)),
+            "spec": {
+                "replicas": runtime.spec.replicas,
+                "selector": {"matchLabels": runtime_selector(runtime)},
+                "template": pod_template(runtime),
+            },
+        }
+    )
+
+
+def desired_service(runtime: Runtime) -> dict[str, Any]:
+    """The Runtime's ClusterIP Service on runtimed's gRPC port, hash-stamped."""
+    return _stamp(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _metadata(runtime, runtime_service_name(runtime.metadata.name)),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": runtime_selector(runtime),
+                "ports": [
+                    {
+                        "name": RUNTIMED_GRPC_PORT_NAME,
+                        "port": RUNTIMED_GRPC_PORT,
+                        "targetPort": RUNTIMED_GRPC_PORT_NAME,
+                        "protocol": "TCP",
+                    }
+                ],
+            },
+        }
+    )
+
+
+def desired_service_account(runtime: Runtime) -> dict[str, Any]:
+    """The ServiceAccount runtimed runs as, hash-stamped."""
+    return _stamp(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _metadata(runtime, runtime_service_account_name(runtime.metadata.name)),
+        }
+    )
+
+
+def desired_role(runtime: Runtime) -> dict[str, Any]:
+    """The Role granting :data:`RUNTIMED_RULES` in the Runtime's namespace, hash-stamped."""
+    return _stamp(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _metadata(runtime, runtime_object_name(runtime.metadata.name)),
+            "rules": copy.deepcopy(list(RUNTIMED_RULES)),
+        }
+    )
+
+
+def desired_role_binding(runtime: Runtime) -> dict[str, Any]:
+    """The RoleBinding of the Role to the ServiceAccount, hash-stamped."""
+    name = runtime_object_name(runtime.metadata.name)
+    return _stamp(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _metadata(runtime, name),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": runtime_service_account_name(runtime.metadata.name),
+                    "namespace": runtime.metadata.namespace,
+                }
+            ],
+        }
+    )
+
+
+def desired_objects(runtime: Runtime) -> list[dict[str, Any]]:
+    """All desired children in creation order (identity first, then Service, Deployment).
+
+    Raises:
+        ValueError: see :func:`pod_template`.
+    """
+    return [
+        desired_service_account(runtime),
+        desired_role(runtime),
+        desired_role_binding(runtime),
+        desired_service(runtime),
+        desired_deployment(runtime),
+    ]
+
+
+def needs_update(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """True when ``actual`` drifted from ``desired``: another hash, or another replica count.
+
+    Args:
+        actual: the object as read from the API.
+        desired: a hash-stamped desired object.
+    """
+    want = desired["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
+    have = (actual.get("metadata", {}).get("annotations") or {}).get(DESIRED_HASH_ANNOTATION)
+    if have != want:
+        return True
+    if desired.get("kind") == "Deployment":
+        return bool(actual.get("spec", {}).get("replicas") != desired["spec"]["replicas"])
+    return False
+
+
+def merge_for_update(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    """The object to PUT: ``desired`` with ``actual``'s identity and server-owned fields.
+
+    Keeps ``resourceVersion`` (a conditional update), ``uid``, and fields the API server or
+    other controllers own (a Service's ``clusterIP``/``clusterIPs``, labels and annotations
+    added by others).
+    """
+    result = copy.deepcopy(dict(desired))
+    meta = result["metadata"]
+    actual_meta = actual.get("metadata", {})
+    for key in ("resourceVersion", "uid"):
+        if key in actual_meta:
+            meta[key] = actual_meta[key]
+    meta["labels"] = {**(actual_meta.get("labels") or {}), **meta.get("labels", {})}
+    meta["annotations"] = {
+        **(actual_meta.get("annotations") or {}),
+        **meta.get("annotations", {}),
+    }
+    if desired.get("kind") == "Service":
+        actual_spec = actual.get("spec", {})
+        for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+            if key in actual_spec:
+                result["spec"][key] = actual_spec[key]
+    return result
+
+
+def runtime_status_patch(
+    runtime: Runtime,
+    *,
+    deployment: Mapping[str, Any] | None,
+    pods: Iterable[PodState],
+    now: Any,
+) -> StatusPatch:
+    """The Runtime status patch, or ``{}`` when the status is already current.
+
+    ``readyReplicas`` counts the Runtime's Pods that are schedulable (Ready, not deleting,
+    heartbeat fresh); ``replicas`` counts its Pods that are not deleting. ``Available`` is
+    True with at least one ready Pod; ``Progressing`` is True while the Deployment is missing
+    or not yet at the desired replica count of ready Pods.
+
+    Args:
+        runtime: the Runtime as cached.
+        deployment: its Deployment as cached, or ``None``.
+        pods: the Runtime's Pods (its namespace and label).
+        now: the current wall-clock time (aware ``datetime``).
+    """
+    mine = [p for p in pods if p.runtime == runtime.metadata.name]
+    ready = sum(1 for p in mine if p.schedulable)
+    existing = sum(1 for p in mine if not p.deleting)
+    want = runtime.spec.replicas
+    conditions = list(runtime.status.conditions)
+    if ready > 0:
+        conditions = set_condition(
+            conditions,
+            RuntimeConditionType.AVAILABLE,
+            True,
+            reason="PodsReady",
+            message=f"{ready} of {want} Runtime Pods ready",
+            now=now,
+        )
+    else:
+        conditions = set_condition(
+            conditions,
+            RuntimeConditionType.AVAILABLE,
+            False,
+            reason="NoReadyPod" if deployment is not None else "DeploymentMissing",
+            message=f"0 of {want} Runtime Pods ready",
+            now=now,
+        )
+    if deployment is None:
+        progressing = (ConditionStatus.TRUE, "DeploymentCreating", "creating the Deployment")
+    elif ready < want or existing != want:
+        progressing = (
+            ConditionStatus.TRUE,
+            "RollingOut",
+            f"{ready} of {want} Runtime Pods ready, {existing} exist",
+        )
+    else:
+        progressing = (ConditionStatus.FALSE, "Complete", f"{want} Runtime Pods ready")
+    conditions = set_condition(
+        conditions,
+        RuntimeConditionType.PROGRESSING,
+        progressing[0],
+        reason=progressing[1],
+        message=progressing[2],
+        now=now,
+    )
+    patch: StatusPatch = {}
+    if runtime.status.ready_replicas != ready:
+        patch["readyReplicas"] = ready
+    if runtime.status.replicas != existing:
+        patch["replicas"] = existing
+    if runtime.status.observed_generation != runtime.metadata.generation:
+        patch["observedGeneration"] = runtime.metadata.generation
+    if conditions != list(runtime.status.conditions):
+        patch["conditions"] = [c.to_dict() for c in conditions]
+    return patch

@@ -1,0 +1,607 @@
+"""The Kubernetes client every component uses: kr8s for config, auth and TLS; raw REST on top.
+
+:func:`connect` builds a ``kr8s.asyncio.Api`` (kubeconfig, or the in-cluster ServiceAccount
+when there is none) and wraps it in :class:`Kube`, whose methods are thin typed verbs over
+plain dicts: ``get``, ``list``, ``create``, ``replace``, ``replace_status``, ``patch``,
+``delete``, ``watch``.
+
+Why raw REST through kr8s's ``Api.call_api`` and not kr8s's object layer: the object layer
+wraps every object in a class per call, re-reads objects after writes and its ``watch``
+restarts a 410 Gone watch from the same (expired) resourceVersion, drops BOOKMARKs and never
+re-lists. Controllers need exact resourceVersion handling (conditional PUTs, 409 on a stale
+read, bookmarks, 410 -> re-list), so this module speaks the REST protocol itself and keeps
+kr8s for what it does well: kubeconfig contexts, exec/token/cert auth, ServiceAccount
+files, TLS and its httpx session (which runs on trio through anyio).
+
+Errors: every non-2xx answer raises the :mod:`krt.kube.errors` class for its Status;
+transport failures raise :class:`~krt.kube.errors.ConnectionFailed`. No method takes a
+timeout: callers bound calls with ``trio.fail_after`` / ``trio.move_on_after``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+import httpx
+
+from krt.kube.errors import ConnectionFailed, KubeError, error_from_status
+from krt.kube.resources import ResourceRef
+
+__all__ = [
+    "DEFAULT_SERVICEACCOUNT_DIR",
+    "ConfigError",
+    "Kube",
+    "Obj",
+    "PatchType",
+    "connect",
+]
+
+log = logging.getLogger(__name__)
+
+Obj: TypeAlias = dict[str, Any]
+"""A Kubernetes object as decoded JSON."""
+
+PatchType: TypeAlias = Literal["merge", "json", "strategic"]
+
+PATCH_CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+PROPAGATION_POLICIES = frozenset({"Foreground", "Background", "Orphan"})
+
+DEFAULT_SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+#: Page size for :meth:`Kube.list` (objects per request; Kubernetes' own default is unbounded).
+DEFAULT_PAGE_SIZE = 500
+
+WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
+
+
+class ConfigError(KubeError):
+    """No usable client configuration (no kubeconfig, not in a cluster, unknown context)."""
+
+
+def _dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _decode(response: httpx.Response) -> object:
+    content = response.content
+    if not content:
+        return None
+    try:
+        return json.loads(content)
+    except ValueError:
+        return response.text
+
+
+def _metadata(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"{what}: object has no metadata map")
+    return metadata
+
+
+class Kube:
+    """A connected Kubernetes client (see the module docstring).
+
+    Build it with :func:`connect`. Close it with :meth:`aclose` (or ``async with``).
+
+    Args:
+        api: a ready (awaited) ``kr8s.asyncio.Api``.
+        namespace: the default namespace of the configuration (kubeconfig context
+            namespace, the ServiceAccount's namespace, or ``default``). Informational: every
+            call names its namespace explicitly.
+    """
+
+    def __init__(self, api: Any, *, namespace: str) -> None:
+        self._api = api
+        self.namespace = namespace
+        self._auth_headers: dict[str, str] = {}
+        #: Number of API requests sent (for tests and metrics).
+        self.requests = 0
+
+    @property
+    def api(self) -> Any:
+        """The underlying ``kr8s.asyncio.Api`` (for callers that need kr8s objects)."""
+        return self._api
+
+    async def aclose(self) -> None:
+        """Close the HTTP session (idempotent)."""
+        session = getattr(self._api, "_session", None)
+        if session is not None and not session.is_closed:
+            await session.aclose()
+
+    async def __aenter__(self) -> Kube:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- transport -----------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        ref: ResourceRef,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+        params: Mapping[str, str] | None = None,
+        body: object = None,
+        content_type: str | None = None,
+    ) -> Any:
+        """Send one REST request and return the decoded JSON answer.
+
+        Args:
+            method: HTTP method.
+            ref: the resource type. namespace, name, subresource: the address (see
+                :meth:`ResourceRef.path`).
+            params: query parameters.
+            body: a JSON-serialisable request body, or None.
+            content_type: overrides ``application/json`` (patch types).
+
+        Returns:
+            The decoded JSON body (a dict for every Kubernetes answer).
+
+        Raises:
+            ApiError: (a subclass of) for any non-2xx answer.
+            ConnectionFailed: the server could not be reached.
+            ValueError: an invalid address.
+        """
+        ns, url = ref.url_parts(namespace, name, subresource)
+        kwargs: dict[str, Any] = {}
+        if params:
+            kwargs["params"] = params
+        if body is not None:
+            kwargs["content"] = _dumps(body)
+        headers = dict(self._auth_headers)
+        if content_type is not None:
+            headers["content-type"] = content_type
+        reauthenticated = False
+        while True:
+            if headers:
+                kwargs["headers"] = headers
+            self.requests += 1
+            try:
+                async with self._api.call_api(
+                    method,
+                    version=ref.api_version,
+                    base=ref.base,
+                    namespace=ns,
+                    url=url,
+                    raise_for_status=False,
+                    **kwargs,
+                ) as response:
+                    status = response.status_code
+                    payload = _decode(response)
+            except (httpx.TransportError, OSError) as exc:
+                raise ConnectionFailed(f"{method} {ref.path(ns, None)}: {exc!r}") from exc
+            except KubeError:
+                raise
+            except Exception as exc:
+                # kr8s wraps httpx timeouts in its own APITimeoutError.
+                if type(exc).__name__ == "APITimeoutError":
+                    raise ConnectionFailed(f"{method} {url}: {exc}") from exc
+                raise
+            if status == 401 and not reauthenticated:
+                reauthenticated = True
+                await self._reauthenticate()
+                headers.update(self._auth_headers)
+                continue
+            if status >= 400:
+                raise error_from_status(status, payload)
+            return payload
+
+    async def _reauthenticate(self) -> None:
+        """Reload credentials (a rotated ServiceAccount token, a refreshed exec token)."""
+        log.info("401 from the API server: reloading credentials")
+        await self._api.auth.reauthenticate()
+        token = self._api.auth.token
+        if token:
+            self._auth_headers = {"Authorization": f"Bearer {token}"}
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    async def get(self, ref: ResourceRef, name: str, namespace: str | None = None) -> Obj:
+        """GET one object.
+
+        Args:
+            ref: resource type. name: object name.
+            namespace: required for namespaced types, None for cluster-scoped ones.
+
+        Raises:
+            NotFound: no such object. ApiError, ConnectionFailed: see :meth:`request`.
+            ValueError: a namespace is missing or not allowed.
+        """
+        result: Obj = await self.request("GET", ref, namespace=namespace, name=name)
+        return result
+
+    async def list(
+        self,
+        ref: ResourceRef,
+        namespace: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        *,
+        page_size: int = DEFAULT_PAGE_SIZE,
+    ) -> tuple[list[Obj], str]:
+        """LIST a collection, following ``continue`` tokens across pages.
+
+        Args:
+            ref: resource type.
+            namespace: one namespace, or None for all namespaces (or a cluster-scoped type).
+            label_selector: e.g. ``kruntimes.io/runtime=py``. field_selector: e.g.
+                ``status.phase=Running``.
+            page_size: objects per request (``limit``), at least 1.
+
+        Returns:
+            ``(items, resourceVersion)``: every object (``apiVersion`` and ``kind`` filled
+            in, as watch events carry them) and the list's resourceVersion to watch from.
+
+        Raises:
+            Gone: the continue token expired mid-list (re-list from scratch).
+            ApiError, ConnectionFailed: see :meth:`request`.
+            ValueError: ``page_size`` < 1.
+        """
+        if page_size < 1:
+            raise ValueError(f"page_size must be at least 1, got {page_size}")
+        params: dict[str, str] = {"limit": str(page_size)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        items: list[Obj] = []
+        while True:
+            answer = await self.request("GET", ref, namespace=namespace, params=params)
+            for item in answer.get("items") or []:
+                item.setdefault("apiVersion", ref.api_version)
+                item.setdefault("kind", ref.kind)
+                items.append(item)
+            meta = answer.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+            params["continue"] = str(token)
+
+    async def create(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+        """POST a new object; its namespace comes from ``obj.metadata.namespace``.
+
+        ``apiVersion`` and ``kind`` are filled in from ``ref`` when missing.
+
+        Returns:
+            The object as stored (uid, resourceVersion, defaults).
+
+        Raises:
+            AlreadyExists: the name is taken. Invalid: validation failed (see ``causes``).
+            ApiError, ConnectionFailed: see :meth:`request`.
+            ValueError: no metadata, or no namespace for a namespaced type.
+        """
+        metadata = _metadata(obj, f"create {ref}")
+        namespace = metadata.get("namespace") if ref.namespaced else None
+        if ref.namespaced and not namespace:
+            raise ValueError(f"create {ref}: metadata.namespace is required")
+        body = {"apiVersion": ref.api_version, "kind": ref.kind, **obj}
+        result: Obj = await self.request("POST", ref, namespace=namespace, body=body)
+        return result
+
+    def _address(
+        self, ref: ResourceRef, obj: Mapping[str, Any], what: str
+    ) -> tuple[str | None, str]:
+        metadata = _metadata(obj, what)
+        name = metadata.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{what}: metadata.name is required")
+        if not metadata.get("resourceVersion"):
+            raise ValueError(
+                f"{what}: metadata.resourceVersion is required (writes are conditional; "
+                "re-read the object instead of overwriting blindly)"
+            )
+        namespace = metadata.get("namespace") if ref.namespaced else None
+        if ref.namespaced and not namespace:
+            raise ValueError(f"{what}: metadata.namespace is required")
+        return namespace, name
+
+    async def replace(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+        """PUT a whole object, conditional on its ``metadata.resourceVersion``.
+
+        Returns:
+            The stored object (new resourceVersion).
+
+        Raises:
+            Conflict: the object changed since ``resourceVersion`` was read.
+            NotFound: it was deleted. Invalid, ApiError, ConnectionFailed: see :meth:`request`.
+            ValueError: name, namespace or resourceVersion missing.
+        """
+        namespace, name = self._address(ref, obj, f"replace {ref}")
+        body = {"apiVersion": ref.api_version, "kind": ref.kind, **obj}
+        result: Obj = await self.request("PUT", ref, namespace=namespace, name=name, body=body)
+        return result
+
+    async def replace_status(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+        """PUT ``obj`` to the ``status`` subresource, conditional on its resourceVersion.
+
+        Only ``status`` is taken from ``obj`` by the server; spec and metadata changes are
+        ignored there.
+
+        Returns:
+            The stored object (new resourceVersion).
+
+        Raises:
+            Conflict: stale resourceVersion (re-read from the cache and retry later).
+            NotFound, Invalid, ApiError, ConnectionFailed: see :meth:`request`.
+            ValueError: name, namespace or resourceVersion missing.
+        """
+        namespace, name = self._address(ref, obj, f"replace_status {ref}")
+        body = {"apiVersion": ref.api_version, "kind": ref.kind, **obj}
+        result: Obj = await self.request(
+            "PUT", ref, namespace=namespace, name=name, subresource="status", body=body
+        )
+        return result
+
+    async def patch(
+        self,
+        ref: ResourceRef,
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        type: PatchType = "merge",  # noqa: A002 - the name the interface agreed on
+        subresource: str | None = None,
+    ) -> Obj:
+        """PATCH an object.
+
+        Args:
+            ref, name, namespace: the object.
+            patch: a merge/strategic patch (a dict) or a JSON patch (a list of operations).
+            type: ``merge`` (RFC 7386), ``json`` (RFC 6902) or ``strategic`` (built-in
+                types only).
+            subresource: e.g. ``status``.
+
+        Returns:
+            The patched object.
+
+        Raises:
+            Conflict: a ``metadata.resourceVersion`` in the patch, or a JSON patch ``test``,
+                did not hold. NotFound, Invalid, ApiError, ConnectionFailed: see :meth:`request`.
+            ValueError: unknown patch type, or a JSON patch that is not a list (or a
+                merge/strategic patch that is not a map).
+        """
+        content_type = PATCH_CONTENT_TYPES.get(type)
+        if content_type is None:
+            raise ValueError(
+                f"patch type must be one of {sorted(PATCH_CONTENT_TYPES)}, got {type!r}"
+            )
+        if type == "json" and not isinstance(patch, Sequence):
+            raise ValueError("a json patch must be a list of operations")
+        if type != "json" and not isinstance(patch, Mapping):
+            raise ValueError(f"a {type} patch must be a map")
+        result: Obj = await self.request(
+            "PATCH",
+            ref,
+            namespace=namespace,
+            name=name,
+            subresource=subresource,
+            body=patch,
+            content_type=content_type,
+        )
+        return result
+
+    async def delete(
+        self,
+        ref: ResourceRef,
+        name: str,
+        namespace: str | None = None,
+        *,
+        preconditions: Mapping[str, str] | None = None,
+        propagation_policy: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj:
+        """DELETE an object.
+
+        Args:
+            ref, name, namespace: the object.
+            preconditions: ``{"uid": ..., "resourceVersion": ...}`` (either or both): delete
+                only that incarnation / that version.
+            propagation_policy: ``Foreground``, ``Background`` or ``Orphan``.
+            grace_period_seconds: seconds; 0 deletes at once.
+
+        Returns:
+            The object as it stands (finalizers pending, ``deletionTimestamp`` set) or the
+            server's success Status.
+
+        Raises:
+            NotFound: already gone. Conflict: a precondition failed.
+            ApiError, ConnectionFailed: see :meth:`request`.
+            ValueError: unknown precondition key or propagation policy.
+        """
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if preconditions:
+            unknown = set(preconditions) - {"uid", "resourceVersion"}
+            if unknown:
+                raise ValueError(f"preconditions: unknown keys {sorted(unknown)}")
+            options["preconditions"] = dict(preconditions)
+        if propagation_policy is not None:
+            if propagation_policy not in PROPAGATION_POLICIES:
+                raise ValueError(
+                    f"propagation_policy must be one of {sorted(PROPAGATION_POLICIES)}, "
+                    f"got {propagation_policy!r}"
+                )
+            options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            if grace_period_seconds < 0:
+                raise ValueError(f"grace_period_seconds must be >= 0, got {grace_period_seconds}")
+            options["gracePeriodSeconds"] = grace_period_seconds
+        result: Obj = await self.request(
+            "DELETE", ref, namespace=namespace, name=name, body=options
+        )
+        return result
+
+    async def watch(
+        self,
+        ref: ResourceRef,
+        namespace: str | None = None,
+        resource_version: str = "",
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: int | None = None,
+        bookmarks: bool = True,
+    ) -> AsyncGenerator[tuple[str, Obj], None]:
+        """WATCH a collection from ``resource_version``.
+
+        An async generator: wrap it in ``contextlib.aclosing`` when you may stop early.
+
+        Args:
+            ref: resource type. namespace: one namespace or None for all.
+            resource_version: start after this version (from a list or a bookmark); empty
+                means "from now, with synthetic ADDED events for existing objects".
+            label_selector, field_selector: as for :meth:`list`.
+            timeout_seconds: ask the server to end the stream after this many seconds.
+            bookmarks: request BOOKMARK events (``allowWatchBookmarks``).
+
+        Yields:
+            ``(type, object)`` with type ``ADDED``, ``MODIFIED``, ``DELETED`` or ``BOOKMARK``
+            (a bookmark's object carries only ``metadata.resourceVersion``). Returns when the
+            server ends the stream (timeout).
+
+        Raises:
+            Gone: ``resource_version`` is too old (410, as an answer or an ERROR event):
+                re-list.
+            ApiError: other error answers or ERROR events. ConnectionFailed: the stream
+                broke.
+        """
+        ns, url = ref.url_parts(namespace, None, None)
+        params: dict[str, str] = {"watch": "1"}
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        if bookmarks:
+            params["allowWatchBookmarks"] = "true"
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if timeout_seconds is not None:
+            params["timeoutSeconds"] = str(int(timeout_seconds))
+        kwargs: dict[str, Any] = {"params": params}
+        if self._auth_headers:
+            kwargs["headers"] = dict(self._auth_headers)
+        self.requests += 1
+        try:
+            async with self._api.call_api(
+                "GET",
+                version=ref.api_version,
+                base=ref.base,
+                namespace=ns,
+                url=url,
+                raise_for_status=False,
+                stream=True,
+                **kwargs,
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    if response.status_code == 401:
+                        await self._reauthenticate()
+                    raise error_from_status(response.status_code, _decode(response))
+                async for line in response.aiter_lines():
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind = event.get("type")
+                    obj = event.get("object")
+                    if kind == "ERROR":
+                        code = obj.get("code", 500) if isinstance(obj, Mapping) else 500
+                        raise error_from_status(int(code), obj)
+                    if kind not in WATCH_EVENT_TYPES or not isinstance(obj, dict):
+                        log.warning("watch %s: ignoring malformed event %.200r", ref, line)
+                        continue
+                    yield kind, obj
+        except (httpx.TransportError, OSError) as exc:
+            raise ConnectionFailed(f"watch {ref}: {exc!r}") from exc
+
+
+def _in_cluster_namespace(serviceaccount_dir: Path) -> str | None:
+    try:
+        return (serviceaccount_dir / "namespace").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _client_settings(
+    kubeconfig: Path | None, serviceaccount_dir: Path
+) -> tuple[dict[str, Any], str | None]:
+    """Choose kubeconfig or in-cluster settings (a few stat calls, at start-up only)."""
+    if kubeconfig is not None:
+        if not kubeconfig.exists():
+            raise ConfigError(f"kubeconfig {str(kubeconfig)!r} does not exist")
+        return {"kubeconfig": str(kubeconfig)}, None
+    env = os.environ.get("KUBECONFIG", "")
+    candidates = [Path(p) for p in env.split(os.pathsep) if p] or [Path.home() / ".kube" / "config"]
+    present = [str(p) for p in candidates if p.exists()]
+    if present:
+        return {"kubeconfig": os.pathsep.join(present)}, None
+    if not (serviceaccount_dir / "token").exists() or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise ConfigError(
+            "no kubeconfig (set KUBECONFIG or pass kubeconfig=) and not in a cluster "
+            f"({serviceaccount_dir}/token or KUBERNETES_SERVICE_HOST missing)"
+        )
+    # A kubeconfig path that does not exist keeps kr8s from reading ~/.kube/config.
+    settings = {"serviceaccount": str(serviceaccount_dir), "kubeconfig": "/nonexistent/kubeconfig"}
+    return settings, _in_cluster_namespace(serviceaccount_dir)
+
+
+async def connect(
+    *,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    namespace: str | None = None,
+    serviceaccount_dir: Path = DEFAULT_SERVICEACCOUNT_DIR,
+) -> Kube:
+    """Connect to the API server and return a :class:`Kube` (close it with ``aclose``).
+
+    Configuration, first that applies:
+
+    1. ``kubeconfig`` (a path), with ``context`` or the file's current context;
+    2. ``$KUBECONFIG`` or ``~/.kube/config`` when present;
+    3. in-cluster: the ServiceAccount files under ``serviceaccount_dir`` (``token``,
+       ``ca.crt``, ``namespace``) and ``$KUBERNETES_SERVICE_HOST``/``_PORT``.
+
+    A rotated ServiceAccount token is reloaded on the first 401.
+
+    Args:
+        kubeconfig: path to a kubeconfig file.
+        context: kubeconfig context name.
+        namespace: default namespace (overrides the context's / ServiceAccount's).
+        serviceaccount_dir: where the in-cluster credentials are mounted.
+
+    Returns:
+        A connected client; the server's ``/version`` has answered.
+
+    Raises:
+        ConfigError: no kubeconfig found and not running in a cluster, or unknown context.
+        ConnectionFailed: the server did not answer ``/version``.
+    """
+    from kr8s._api import Api  # the class; kr8s.asyncio.api() would share one per thread
+
+    kwargs, sa_namespace = _client_settings(kubeconfig, serviceaccount_dir)
+    # Api(bypass_factory=True) builds a private client: kr8s.asyncio.api() caches one Api
+    # per (thread, asyncio loop); under trio the loop id is always 0, so separate trio.run
+    # calls in one thread (tests, CLI commands) would share an httpx session bound to a
+    # finished event loop.
+    try:
+        api = Api(bypass_factory=True, context=context, namespace=namespace, **kwargs)
+        await api
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    except (httpx.TransportError, OSError) as exc:
+        raise ConnectionFailed(f"cannot reach the API server: {exc!r}") from exc
+    resolved = namespace or sa_namespace or api.auth.namespace or "default"
+    return Kube(api, namespace=resolved)

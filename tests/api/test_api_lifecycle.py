@@ -1,0 +1,150 @@
+"""Lifecycle patch builders: whole task and function lifecycles written through the CRD."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from api_crd_harness import Admission
+from api_samples import function_run, task_run, with_changes
+
+from krt.api.constants import Reason
+from krt.api.errors import OutputsError
+from krt.api.lifecycle import (
+    bind_patch,
+    cancelled_patch,
+    claim_patch,
+    ready_patch,
+    succeeded_patch,
+    timed_out_patch,
+    timeout_deadline,
+    unschedulable_patch,
+)
+from krt.api.patches import StatusPatch, apply_merge_patch
+from krt.api.phases import Phase, can_transition
+from krt.api.retry import Failure, FailureReason, Reentry, Retry, decide
+from krt.api.run import Endpoint, EndpointProtocol, Run
+
+T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+ENDPOINT = Endpoint(
+    EndpointProtocol.HTTPS, "https://gw/v1/namespaces/a/runtimes/b/functions/c:invoke"
+)
+
+
+class Store:
+    """Applies patches like the API server's status subresource, checking the CRD each time."""
+
+    def __init__(self, admission: Admission, obj: dict[str, Any]) -> None:
+        self.admission = admission
+        self.obj = obj
+        assert admission.errors(obj) == []
+
+    @property
+    def run(self) -> Run:
+        return Run.from_dict(self.obj)
+
+    def write(self, patch: StatusPatch) -> Run:
+        before = self.run
+        new = apply_merge_patch(self.obj, {"status": patch})
+        assert self.admission.errors(new, self.obj) == []
+        assert can_transition(before.status.phase, Run.from_dict(new).status.phase)
+        self.obj = new
+        return self.run
+
+
+def _cond(run: Run, ctype: str) -> tuple[str, str]:
+    for condition in run.status.conditions:
+        if condition.type == ctype:
+            return condition.status.value, condition.reason
+    raise AssertionError(f"no {ctype} condition")
+
+
+def test_task_lifecycle(run_admission: Admission) -> None:
+    store = Store(run_admission, task_run())
+    run = store.write(
+        unschedulable_patch(store.run, reason=Reason.NO_READY_POD, message="no pod", now=T0)
+    )
+    assert run.status.phase is Phase.PENDING
+    assert _cond(run, "Scheduled") == ("False", "NoReadyPod")
+    same = unschedulable_patch(run, reason=Reason.NO_READY_POD, message="no pod", now=T0)
+    assert same == {}
+    run = store.write(bind_patch(run, pod_name="pod-a", pod_uid="uid-a", now=T0))
+    assert (run.status.phase, run.status.attempt, run.status.assigned_pod) == (
+        Phase.SCHEDULED,
+        1,
+        "pod-a",
+    )
+    assert _cond(run, "Scheduled") == ("True", "Assigned")
+    run = store.write(claim_patch(run, now=T0 + timedelta(seconds=1)))
+    assert run.status.phase is Phase.RUNNING
+    assert run.status.start_time == T0 + timedelta(seconds=1)
+    assert timeout_deadline(run) == T0 + timedelta(seconds=1, hours=1, minutes=30)
+    run = store.write(succeeded_patch(run, outputs={"answer": "42"}, now=T0 + timedelta(seconds=2)))
+    assert run.status.phase is Phase.SUCCEEDED
+    assert run.status.outputs == {"answer": "42"}
+    assert run.status.completion_time == T0 + timedelta(seconds=2)
+    assert _cond(run, "Running") == ("False", "Succeeded")
+    with pytest.raises(ValueError, match="cannot become Cancelled"):
+        cancelled_patch(run, now=T0)
+
+
+def test_function_lifecycle_with_pod_loss(run_admission: Admission) -> None:
+    store = Store(run_admission, with_changes(function_run(), spec__retryPolicy={"maxAttempts": 2}))
+    run = store.write(bind_patch(store.run, pod_name="pod-a", pod_uid="uid-a", now=T0))
+    assert _cond(run, "Ready") == ("False", "Registering")
+    run = store.write(claim_patch(run, now=T0))
+    run = store.write(ready_patch(run, endpoint=ENDPOINT, now=T0))
+    assert run.status.phase is Phase.READY
+    assert _cond(run, "Ready") == ("True", "FunctionRegistered")
+    assert run.status.endpoint == ENDPOINT
+    decision = decide(run, Failure(FailureReason.POD_LOST), now=T0, reentry=Reentry.REQUEUE)
+    assert isinstance(decision, Retry)
+    run = store.write(decision.patch)
+    assert (run.status.phase, run.status.attempt) == (Phase.PENDING, 2)
+    assert run.status.endpoint == ENDPOINT  # stable while recovering
+    run = store.write(bind_patch(run, pod_name="pod-b", pod_uid="uid-b", now=T0))
+    assert run.status.attempt == 2  # the bind keeps the retry engine's attempt
+    assert run.status.retry_after is None
+    run = store.write(claim_patch(run, now=T0 + timedelta(seconds=9)))
+    assert run.status.start_time == T0  # lifetime counts from the first claim
+    run = store.write(ready_patch(run, endpoint=ENDPOINT, now=T0))
+    run = store.write(
+        timed_out_patch(run, reason=Reason.IDLE_TIMEOUT, message="idle for 600s", now=T0)
+    )
+    assert (run.status.phase, run.status.reason) == (Phase.TIMEOUT, "IdleTimeout")
+    assert _cond(run, "Ready") == ("False", "IdleTimeout")
+
+
+def test_cancel_before_assignment(run_admission: Admission) -> None:
+    store = Store(run_admission, with_changes(task_run(), spec__cancelRequested=True))
+    run = store.write(cancelled_patch(store.run, now=T0))
+    assert (run.status.phase, run.status.reason) == (Phase.CANCELLED, "Cancelled")
+    assert run.status.completion_time == T0
+
+
+def test_guards() -> None:
+    pending = Run.from_dict(task_run())
+    with pytest.raises(ValueError, match="not Scheduled"):
+        claim_patch(pending, now=T0)
+    with pytest.raises(ValueError, match="only function Runs"):
+        ready_patch(pending, endpoint=ENDPOINT, now=T0)
+    with pytest.raises(ValueError, match="not a reason a Run cannot be scheduled"):
+        unschedulable_patch(pending, reason=Reason.CLAIMED, message="", now=T0)
+    with pytest.raises(ValueError, match="not a timeout reason"):
+        timed_out_patch(pending, reason=Reason.CANCELLED, message="", now=T0)
+    with pytest.raises(ValueError, match="needs the Pod's name and UID"):
+        bind_patch(pending, pod_name="p", pod_uid="", now=T0)
+    scheduled = Run.from_dict(apply_merge_patch(task_run(), {"status": bind_patch(
+        pending, pod_name="p", pod_uid="u", now=T0)}))  # fmt: skip
+    with pytest.raises(ValueError, match="not Pending"):
+        bind_patch(scheduled, pod_name="p", pod_uid="u", now=T0)
+    with pytest.raises(ValueError, match="not Pending"):
+        unschedulable_patch(scheduled, reason=Reason.NO_READY_POD, message="", now=T0)
+    with pytest.raises(OutputsError):
+        succeeded_patch(
+            Run.from_dict(apply_merge_patch(task_run(), {"status": {"phase": "Running"}})),
+            outputs={"bad key": "x"},
+            now=T0,
+        )
+    assert timeout_deadline(pending) is None

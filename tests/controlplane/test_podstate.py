@@ -1,0 +1,74 @@
+"""Pod readiness, heartbeat freshness and endpoint membership (docs/design-notes.md)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from krt.controlplane.podstate import (
+    heartbeat_fresh,
+    pod_is_ready,
+    pod_state,
+    ready_endpoint_pod_uids,
+)
+
+from .builders import NOW, lease_dict, pod_dict
+
+
+def test_fresh_when_holder_matches_and_not_expired() -> None:
+    lease = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=39))
+    assert heartbeat_fresh(lease, "uid-p", NOW)
+
+
+def test_expired_exactly_at_bound() -> None:
+    lease = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=40))
+    assert not heartbeat_fresh(lease, "uid-p", NOW)
+
+
+def test_other_holder_is_stale() -> None:
+    lease = lease_dict("p", holder="old-uid", renewed=NOW)
+    assert not heartbeat_fresh(lease, "uid-p", NOW)
+
+
+def test_missing_or_malformed_is_stale() -> None:
+    assert not heartbeat_fresh(None, "uid-p", NOW)
+    assert not heartbeat_fresh(lease_dict("p", holder="uid-p", renewed=None), "uid-p", NOW)
+    assert not heartbeat_fresh(
+        lease_dict("p", holder="uid-p", renewed=NOW, duration=None), "uid-p", NOW
+    )
+    bad = lease_dict("p", holder="uid-p", renewed=NOW)
+    bad["spec"]["renewTime"] = "yesterday"
+    assert not heartbeat_fresh(bad, "uid-p", NOW)
+
+
+def test_pod_state_reads_fields() -> None:
+    lease = lease_dict("p", holder="uid-p", renewed=NOW)
+    state = pod_state(pod_dict("p", deleting=True), lease=lease, now=NOW)
+    assert state.name == "p" and state.uid == "uid-p" and state.runtime == "python"
+    assert state.ready and state.deleting and state.heartbeat_fresh
+    assert not state.schedulable
+    assert pod_state(pod_dict("p"), lease=lease, now=NOW).schedulable
+    assert not pod_state(pod_dict("p"), lease=None, now=NOW).schedulable
+    assert not pod_state(pod_dict("p", ready=False), lease=lease, now=NOW).schedulable
+
+
+def test_pod_is_ready_needs_ready_true() -> None:
+    assert not pod_is_ready({"status": {}})
+    assert not pod_is_ready({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+
+
+def test_endpoint_membership() -> None:
+    slices = [
+        {
+            "endpoints": [
+                {"conditions": {"ready": True}, "targetRef": {"kind": "Pod", "uid": "a"}},
+                {"conditions": {}, "targetRef": {"kind": "Pod", "uid": "b"}},
+                {"conditions": {"ready": False}, "targetRef": {"kind": "Pod", "uid": "c"}},
+                {
+                    "conditions": {"ready": True, "terminating": True},
+                    "targetRef": {"kind": "Pod", "uid": "d"},
+                },
+            ]
+        },
+        {"endpoints": None},
+    ]
+    assert ready_endpoint_pod_uids(slices) == frozenset({"a", "b"})

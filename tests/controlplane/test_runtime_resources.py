@@ -1,0 +1,269 @@
+"""The Runtime controller's desired objects and status (issue 5 item 2)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from krt.api.conditions import find_condition
+from krt.api.constants import (
+    CAPACITY_ANNOTATION,
+    RUNTIME_LABEL,
+    RUNTIMED_READY_POD_CONDITION,
+    ConditionStatus,
+)
+from krt.api.runtime import Runtime
+from krt.controlplane.naming import DESIRED_HASH_ANNOTATION
+from krt.controlplane.runtime_resources import (
+    RUNTIMED_RULES,
+    desired_deployment,
+    desired_objects,
+    desired_role,
+    desired_role_binding,
+    desired_service,
+    merge_for_update,
+    needs_update,
+    runtime_status_patch,
+)
+
+from .builders import NOW, make_runtime, pod, runtime_dict
+
+
+def _containers(runtime: Runtime) -> dict[str, dict[str, Any]]:
+    spec = desired_deployment(runtime)["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec["containers"]}
+
+
+def test_deployment_injects_runtimed_sidecar_with_default_image() -> None:
+    containers = _containers(make_runtime())
+    assert set(containers) == {"runtime", "runtimed"}
+    assert containers["runtimed"]["image"] == "kruntimes/runtimed"
+    assert containers["runtimed"]["ports"][0] == {
+        "name": "grpc",
+        "containerPort": 9090,
+        "protocol": "TCP",
+    }
+
+
+def test_daemon_image_overrides_default() -> None:
+    containers = _containers(make_runtime(daemon_image="example/runtimed:1"))
+    assert containers["runtimed"]["image"] == "example/runtimed:1"
+
+
+def test_runtimed_env() -> None:
+    env = {e["name"]: e for e in _containers(make_runtime())["runtimed"]["env"]}
+    for name, path in (
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_UID", "metadata.uid"),
+        ("POD_IP", "status.podIP"),
+    ):
+        assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == path
+    assert env["RUNTIME_NAME"]["value"] == "python"
+    assert env["RUNTIME_SERVER_ADDRESS"]["value"] == "$(POD_IP):9091"
+    names = [e["name"] for e in _containers(make_runtime())["runtimed"]["env"]]
+    assert names.index("POD_IP") < names.index("RUNTIME_SERVER_ADDRESS")  # $(POD_IP) expands
+
+
+def test_labels_gate_workspace_capacity_and_service_account() -> None:
+    deployment = desired_deployment(make_runtime(runs=4, extra={"gpu": 1}))
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"] == {"team": "a", RUNTIME_LABEL: "python"}
+    assert deployment["spec"]["selector"] == {"matchLabels": {RUNTIME_LABEL: "python"}}
+    assert json.loads(template["metadata"]["annotations"][CAPACITY_ANNOTATION]) == {
+        "runs": 4,
+        "gpu": 1,
+    }
+    spec = template["spec"]
+    assert spec["readinessGates"] == [{"conditionType": RUNTIMED_READY_POD_CONDITION}]
+    assert {"name": "kruntimes-workspace", "emptyDir": {}} in spec["volumes"]
+    for container in spec["containers"]:
+        assert {"name": "kruntimes-workspace", "mountPath": "/workspace"} in container[
+            "volumeMounts"
+        ]
+    assert spec["serviceAccountName"] == "runtime-python"
+    assert deployment["spec"]["replicas"] == 2
+
+
+def test_default_capacity_annotation_is_two_runs() -> None:
+    deployment = desired_deployment(make_runtime(runs=None))
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert json.loads(annotations[CAPACITY_ANNOTATION]) == {"runs": 2}
+
+
+def test_user_cannot_override_runtime_label_or_duplicate_gate() -> None:
+    data = runtime_dict()
+    data["spec"]["template"]["metadata"]["labels"][RUNTIME_LABEL] = "other"
+    data["spec"]["template"]["spec"]["readinessGates"] = [
+        {"conditionType": RUNTIMED_READY_POD_CONDITION}
+    ]
+    spec = desired_deployment(Runtime.from_dict(data))["spec"]["template"]
+    assert spec["metadata"]["labels"][RUNTIME_LABEL] == "python"
+    assert len(spec["spec"]["readinessGates"]) == 1
+
+
+def test_reserved_container_name_rejected() -> None:
+    data = runtime_dict()
+    data["spec"]["template"]["spec"]["containers"].append({"name": "runtimed", "image": "x"})
+    with pytest.raises(ValueError, match="reserved"):
+        desired_deployment(Runtime.from_dict(data))
+
+
+def test_no_containers_rejected() -> None:
+    data = runtime_dict()
+    data["spec"]["template"]["spec"]["containers"] = []
+    with pytest.raises(ValueError, match="at least one container"):
+        desired_deployment(Runtime.from_dict(data))
+
+
+def test_template_not_mutated() -> None:
+    runtime = make_runtime()
+    before = json.dumps(runtime.spec.template, sort_keys=True)
+    desired_deployment(runtime)
+    assert json.dumps(runtime.spec.template, sort_keys=True) == before
+
+
+def test_service_targets_runtimed_grpc_port() -> None:
+    service = desired_service(make_runtime())
+    assert service["metadata"]["name"] == "runtime-python"
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"] == {RUNTIME_LABEL: "python"}
+    assert service["spec"]["ports"] == [
+        {"name": "grpc", "port": 9090, "targetPort": "grpc", "protocol": "TCP"}
+    ]
+
+
+def test_every_object_is_owned_by_the_runtime() -> None:
+    for obj in desired_objects(make_runtime()):
+        refs = obj["metadata"]["ownerReferences"]
+        assert refs == [
+            {
+                "apiVersion": "kruntimes.io/v1alpha1",
+                "kind": "Runtime",
+                "name": "python",
+                "uid": "uid-runtime",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert obj["metadata"]["namespace"] == "demo"
+        assert DESIRED_HASH_ANNOTATION in obj["metadata"]["annotations"]
+
+
+def _allowed(group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+        for rule in RUNTIMED_RULES
+    )
+
+
+@pytest.mark.parametrize(
+    ("group", "resource", "verb"),
+    [
+        ("kruntimes.io", "runs", "get"),
+        ("kruntimes.io", "runs", "list"),
+        ("kruntimes.io", "runs", "watch"),
+        ("kruntimes.io", "runs", "patch"),
+        ("kruntimes.io", "runs/status", "update"),
+        ("", "pods", "watch"),
+        ("", "pods/status", "patch"),
+        ("discovery.k8s.io", "endpointslices", "watch"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+        ("", "events", "create"),
+    ],
+)
+def test_role_grants_what_runtimed_needs(group: str, resource: str, verb: str) -> None:
+    assert _allowed(group, resource, verb)
+
+
+@pytest.mark.parametrize(
+    ("group", "resource", "verb"),
+    [
+        ("kruntimes.io", "runs", "create"),
+        ("kruntimes.io", "runs", "delete"),
+        ("kruntimes.io", "runs", "update"),
+        ("kruntimes.io", "runtimes", "get"),
+        ("", "pods", "delete"),
+        ("", "pods", "patch"),
+        ("", "secrets", "get"),
+        ("coordination.k8s.io", "leases", "delete"),
+        ("apps", "deployments", "get"),
+    ],
+)
+def test_role_grants_nothing_more(group: str, resource: str, verb: str) -> None:
+    assert not _allowed(group, resource, verb)
+    assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in RUNTIMED_RULES)
+
+
+def test_role_binding_binds_role_to_service_account() -> None:
+    binding = desired_role_binding(make_runtime())
+    assert binding["roleRef"]["name"] == desired_role(make_runtime())["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "runtime-python", "namespace": "demo"}
+    ]
+
+
+def test_drift_detection() -> None:
+    desired = desired_deployment(make_runtime())
+    assert not needs_update(desired, desired)
+    scaled = json.loads(json.dumps(desired))
+    scaled["spec"]["replicas"] = 5
+    assert needs_update(scaled, desired)
+    changed = desired_deployment(make_runtime(daemon_image="other"))
+    assert needs_update(desired, changed)
+    unstamped = json.loads(json.dumps(desired))
+    del unstamped["metadata"]["annotations"][DESIRED_HASH_ANNOTATION]
+    assert needs_update(unstamped, desired)
+
+
+def test_merge_for_update_keeps_identity_and_cluster_ip() -> None:
+    desired = desired_service(make_runtime())
+    actual = json.loads(json.dumps(desired))
+    actual["metadata"].update({"resourceVersion": "7", "uid": "svc-uid"})
+    actual["metadata"]["labels"]["other"] = "kept"
+    actual["spec"]["clusterIP"] = "10.0.0.5"
+    merged = merge_for_update(actual, desired_service(make_runtime(daemon_image="x")))
+    assert merged["metadata"]["resourceVersion"] == "7"
+    assert merged["metadata"]["labels"]["other"] == "kept"
+    assert merged["spec"]["clusterIP"] == "10.0.0.5"
+
+
+def test_status_counts_only_schedulable_pods() -> None:
+    runtime = make_runtime(replicas=3)
+    pods = [
+        pod("a"),
+        pod("b", fresh=False),
+        pod("c", ready=False),
+        pod("d", deleting=True),
+        pod("e", runtime="bash"),
+    ]
+    patch = runtime_status_patch(runtime, deployment={"spec": {}}, pods=pods, now=NOW)
+    assert patch["readyReplicas"] == 1
+    assert patch["replicas"] == 3
+    assert patch["observedGeneration"] == 1
+    status = Runtime.from_dict({**runtime_dict(replicas=3), "status": patch}).status
+    available = find_condition(status.conditions, "Available")
+    progressing = find_condition(status.conditions, "Progressing")
+    assert available is not None and available.status is ConditionStatus.TRUE
+    assert progressing is not None and progressing.status is ConditionStatus.TRUE
+
+
+def test_status_complete_and_idempotent() -> None:
+    runtime = make_runtime(replicas=2)
+    pods = [pod("a"), pod("b")]
+    patch = runtime_status_patch(runtime, deployment={"spec": {}}, pods=pods, now=NOW)
+    stored = Runtime.from_dict({**runtime_dict(replicas=2), "status": patch})
+    progressing = find_condition(stored.status.conditions, "Progressing")
+    assert progressing is not None and progressing.status is ConditionStatus.FALSE
+    assert runtime_status_patch(stored, deployment={"spec": {}}, pods=pods, now=NOW) == {}
+
+
+def test_status_without_pods_is_unavailable() -> None:
+    patch = runtime_status_patch(make_runtime(), deployment=None, pods=[], now=NOW)
+    status = Runtime.from_dict({**runtime_dict(), "status": patch}).status
+    available = find_condition(status.conditions, "Available")
+    assert available is not None and available.status is ConditionStatus.FALSE
+    assert available.reason == "DeploymentMissing"

@@ -1,0 +1,81 @@
+"""Fixtures for the krt.kube tests: a localkube API server and a connected :class:`Kube`.
+
+* ``apiserver``: a fresh in-memory localkube API server (port 0), its handle.
+* ``kube``: :func:`krt.kube.client.connect` bound to ``apiserver``'s kubeconfig.
+* ``widgets``: installs a small namespaced test CRD (``widgets.test.kruntimes.io``) with a
+  status subresource and returns its :class:`ResourceRef`; tests use it where the object's
+  schema does not matter, so they do not depend on the Run schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+
+from krt.kube.client import Kube, connect
+from krt.kube.errors import NotFound
+from krt.kube.resources import ResourceRef
+from localkube.apiserver import ApiServerConfig, ApiServerHandle, running_apiserver
+
+CRDS = ResourceRef("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,
+                   "CustomResourceDefinition")
+WIDGETS = ResourceRef("test.kruntimes.io", "v1", "widgets", True, "Widget")
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[ApiServerHandle]:
+    """A fresh in-memory API server; 1 s bookmarks so watch tests see them quickly."""
+    async with running_apiserver(ApiServerConfig(bookmark_interval=1.0)) as handle:
+        yield handle
+
+
+@pytest.fixture
+async def kube(apiserver: ApiServerHandle) -> AsyncIterator[Kube]:
+    """A client connected to ``apiserver`` as the admin."""
+    client = await connect(kubeconfig=apiserver.kubeconfig_path)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def widget_crd() -> dict[str, Any]:
+    """A permissive namespaced CRD with the status subresource."""
+    return {
+        "metadata": {"name": "widgets.test.kruntimes.io"},
+        "spec": {
+            "group": "test.kruntimes.io",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                      "listKind": "WidgetList"},
+            "versions": [{
+                "name": "v1", "served": True, "storage": True,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                }},
+            }],
+        },
+    }
+
+
+@pytest.fixture
+async def widgets(kube: Kube) -> ResourceRef:
+    """Install the Widget CRD and wait until it is served."""
+    await kube.create(CRDS, widget_crd())
+    with trio.fail_after(10):
+        while True:
+            try:
+                await kube.list(WIDGETS, "default")
+                return WIDGETS
+            except NotFound:
+                await trio.sleep(0.01)
+
+
+def widget(name: str, namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    """A Widget manifest."""
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": dict(spec)}

@@ -1,0 +1,121 @@
+"""``krt dev up|down|status`` as a user runs them: real processes, checked by pid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+from kr8s.asyncio import Api
+from lk_node_helpers import PODS, echo_container, eventually, pod
+
+from localkube.controllers.kubeapi import Kube
+from localkube.node.process import PidRecord, alive, group_members
+
+
+async def krt(*args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [sys.executable, "-m", "krt.cli.main", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=check,
+    )
+
+
+def pod_pid_records(state: Path) -> list[PidRecord]:
+    records = [PidRecord.read(p) for p in state.glob("node/pods/*/run/*.pid")]
+    return [r for r in records if r is not None]
+
+
+async def running_pod(kube: Kube, name: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        p = await kube.get(f"{PODS}/{name}")
+        cs = ((p or {}).get("status") or {}).get("containerStatuses") or []
+        return p if cs and "running" in cs[0]["state"] and cs[0]["ready"] else None
+
+    return await eventually(probe, what=f"{name} running")
+
+
+async def test_down_leaves_no_process_and_state_survives_up_again(tmp_path: Path) -> None:
+    state = tmp_path / "dev"
+    result = await krt("dev", "up", "--detach", "--state-dir", str(state))
+    out = result.stdout.decode()
+    kubeconfig = state / "kubeconfig"
+    assert f"export KUBECONFIG={kubeconfig}" in out
+    cluster_pid = json.loads((state / "krt-dev.pid").read_text())["pid"]
+    status = await krt("dev", "status", "--state-dir", str(state))
+    assert f"running (pid {cluster_pid})" in status.stdout.decode()
+
+    kube = Kube(await Api(kubeconfig=str(kubeconfig), bypass_factory=True))
+    await kube.create(PODS, pod("keeper", echo_container()))
+    first = await running_pod(kube, "keeper")
+    records = pod_pid_records(state)
+    assert [r.pid for r in records] == [int(first["status"]["containerStatuses"][0]["containerID"].rsplit("/", 1)[1])]
+    assert all(r.leader_alive() for r in records)
+
+    down = await krt("dev", "down", "--state-dir", str(state))
+    assert f"localkube stopped (pid {cluster_pid})" in down.stdout.decode()
+    assert not alive(cluster_pid, None)
+    for r in records:
+        assert not alive(r.pid, None)
+        assert group_members(r.pgid) == []
+    status = await krt("dev", "status", "--state-dir", str(state), check=False)
+    assert status.returncode == 3
+
+    # up again: the same objects, the Pod restarted like after a node reboot
+    await krt("dev", "up", "--detach", "--state-dir", str(state))
+    kube = Kube(await Api(kubeconfig=str(kubeconfig), bypass_factory=True))
+
+    async def resumed() -> dict[str, Any] | None:
+        p = await kube.get(f"{PODS}/keeper")
+        cs = ((p or {}).get("status") or {}).get("containerStatuses") or []
+        return p if cs and cs[0]["restartCount"] == 1 and "running" in cs[0]["state"] else None
+
+    again = await eventually(resumed, what="Pod resumed")
+    assert again["metadata"]["uid"] == first["metadata"]["uid"]
+    assert again["status"]["podIP"] == first["status"]["podIP"]
+    assert again["status"]["containerStatuses"][0]["lastState"]["terminated"]["reason"] == "Unknown"
+    new_records = pod_pid_records(state)
+    await krt("dev", "down", "--state-dir", str(state))
+    for r in new_records:
+        assert not alive(r.pid, None)
+        assert group_members(r.pgid) == []
+
+
+async def test_up_refuses_a_second_cluster_on_the_same_state_dir(tmp_path: Path) -> None:
+    state = tmp_path / "dev"
+    await krt("dev", "up", "--detach", "--state-dir", str(state))
+    try:
+        second = await krt("dev", "up", "--detach", "--state-dir", str(state), check=False)
+        assert second.returncode == 2
+        assert b"already running" in second.stderr
+    finally:
+        await krt("dev", "down", "--state-dir", str(state))
+
+
+async def test_down_kills_pod_groups_left_by_a_crashed_cluster(tmp_path: Path) -> None:
+    """A cluster process killed with SIGKILL cannot stop its Pods; ``down`` does."""
+    state = tmp_path / "dev"
+    await krt("dev", "up", "--detach", "--state-dir", str(state))
+    kube = Kube(await Api(kubeconfig=str(state / "kubeconfig"), bypass_factory=True))
+    await kube.create(PODS, pod("orphan", echo_container()))
+    await running_pod(kube, "orphan")
+    records = pod_pid_records(state)
+    cluster_pid = json.loads((state / "krt-dev.pid").read_text())["pid"]
+    import os
+    import signal
+
+    os.kill(cluster_pid, signal.SIGKILL)
+    await eventually(lambda: _dead(cluster_pid), what="cluster gone")
+    assert all(r.leader_alive() for r in records)  # orphaned
+    down = await krt("dev", "down", "--state-dir", str(state))
+    assert b"killed 1 leftover Pod process group" in down.stdout
+    for r in records:
+        assert not alive(r.pid, None)
+
+
+async def _dead(pid: int) -> bool:
+    return not alive(pid, None)

@@ -1,0 +1,175 @@
+"""A Pod's environment, ServiceAccount files, volumes and logs on a real localkube."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+from lk_node_helpers import PODS, eventually, pod
+
+from localkube.cluster import ClusterHandle
+from localkube.controllers.kubeapi import Kube
+
+REPORT = r"""
+import json, os, pathlib
+root = pathlib.Path(os.environ["KRT_POD_ROOT"])
+sa = pathlib.Path(os.environ["KRT_SERVICEACCOUNT_DIR"])
+out = {k: v for k, v in os.environ.items()}
+out["sa_files"] = {p.name: p.read_text() for p in sa.iterdir()}
+out["cfg"] = (root / "etc/cfg/greeting").read_text()
+out["secret_file"] = (root / "etc/secret/password").read_text()
+(root / "scratch" / "note").write_text("x")
+out["cwd"] = os.getcwd()
+print(json.dumps(out))
+"""
+
+
+async def read_log(kube: Kube, name: str, **params: str) -> str:
+    async with kube.api.call_api(
+        "GET", version="", base=PODS, url=f"{name}/log", params=params
+    ) as r:
+        return str(r.text)
+
+
+async def phase(kube: Kube, name: str, want: str) -> dict[str, Any] | None:
+    p = await kube.get(f"{PODS}/{name}")
+    return p if ((p or {}).get("status") or {}).get("phase") == want else None
+
+
+async def test_env_service_account_and_volumes(kube: Kube, cluster: ClusterHandle) -> None:
+    await kube.create(
+        "/api/v1/namespaces/default/secrets",
+        {
+            "metadata": {"name": "creds"},
+            "data": {"password": base64.b64encode(b"s3cret").decode()},
+        },
+    )
+    await kube.create(
+        "/api/v1/namespaces/default/configmaps",
+        {"metadata": {"name": "settings"}, "data": {"greeting": "hello", "level": "debug"}},
+    )
+    container = {
+        "name": "main",
+        "image": "localkube/python",
+        "args": ["-c", REPORT],
+        "env": [
+            {"name": "PLAIN", "value": "a-$(MY_NAME)-b"},
+            {"name": "MY_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "EXPANDED", "value": "name=$(MY_NAME)"},
+            {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "MY_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "MY_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+            {"name": "LEVEL", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "level"}}},
+        ],
+        "volumeMounts": [
+            {"name": "cfg", "mountPath": "/etc/cfg"},
+            {"name": "secret", "mountPath": "/etc/secret"},
+            {"name": "scratch", "mountPath": "/scratch"},
+        ],
+    }
+    body = pod("report", container, restartPolicy="Never")
+    body["spec"]["volumes"] = [
+        {"name": "cfg", "configMap": {"name": "settings"}},
+        {"name": "secret", "secret": {"secretName": "creds"}},
+        {"name": "scratch", "emptyDir": {}},
+    ]
+    await kube.create(PODS, body)
+    p = await eventually(lambda: phase(kube, "report", "Succeeded"), what="report Succeeded")
+    out = json.loads(await read_log(kube, "report"))
+    assert out["PLAIN"] == "a-$(MY_NAME)-b"  # defined before MY_NAME: not expanded
+    assert out["EXPANDED"] == "name=report"
+    assert (out["MY_NAME"], out["MY_NS"], out["MY_NODE"]) == ("report", "default", "localkube")
+    assert out["MY_UID"] == p["metadata"]["uid"]
+    assert out["MY_IP"] == p["status"]["podIP"]
+    assert out["PASSWORD"] == "s3cret"
+    assert out["LEVEL"] == "debug"
+    api = urlsplit(cluster.apiserver.url)
+    assert out["KUBERNETES_SERVICE_HOST"] == api.hostname
+    assert out["KUBERNETES_SERVICE_PORT"] == str(api.port)
+    assert out["KRT_SERVICEACCOUNT_DIR"].endswith("/var/run/secrets/kubernetes.io/serviceaccount")
+    assert out["KRT_HOSTS_FILE"] == str(cluster.hosts_file)
+    assert out["sa_files"]["namespace"] == "default"
+    assert out["sa_files"]["ca.crt"] == cluster.apiserver.ca_pem.decode()
+    assert out["sa_files"]["token"].count(".") == 2  # a JWT
+    assert out["cfg"] == "hello"
+    assert out["secret_file"] == "s3cret"
+    assert out["cwd"] == out["HOME"]
+    assert "KUBECONFIG" not in out  # nothing leaks from the node's own environment
+
+    # the projected token authenticates as the Pod's ServiceAccount
+    review = await kube.create(
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": out["sa_files"]["token"]}},
+    )
+    assert review["status"]["user"]["username"] == "system:serviceaccount:default:default"
+
+
+async def test_missing_secret_is_a_config_error_until_it_exists(kube: Kube) -> None:
+    container = {
+        "name": "main",
+        "image": "localkube/python",
+        "args": ["-c", "import os; print(os.environ['TOKEN'])"],
+        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "t"}}}],
+    }
+    await kube.create(PODS, pod("waits", container, restartPolicy="Never"))
+
+    async def config_error() -> dict[str, Any] | None:
+        p = await kube.get(f"{PODS}/waits")
+        cs = ((p or {}).get("status") or {}).get("containerStatuses") or []
+        w = cs[0]["state"].get("waiting", {}) if cs else {}
+        return w if w.get("reason") == "CreateContainerConfigError" else None
+
+    waiting = await eventually(config_error, what="CreateContainerConfigError")
+    assert 'secret "later" not found' in waiting["message"]
+    assert "env[0] (TOKEN)" in waiting["message"]
+    await kube.create(
+        "/api/v1/namespaces/default/secrets",
+        {"metadata": {"name": "later"}, "stringData": {"t": "now"}, "data": {"t": base64.b64encode(b"now").decode()}},
+    )
+    await eventually(lambda: phase(kube, "waits", "Succeeded"), what="started once the Secret exists")
+    assert await read_log(kube, "waits") == "now\n"
+
+
+async def test_logs_are_served_with_tail_since_container_and_follow(kube: Kube) -> None:
+    script = "import time\nfor i in range(5): print('line', i)\ntime.sleep(0.3)\nprint('late')\ntime.sleep(60)"
+    body = pod("chatty", {"name": "main", "image": "localkube/python", "args": ["-c", script]})
+    body["spec"]["containers"].append(
+        {"name": "side", "image": "localkube/python", "args": ["-c", "import sys, time; print('from side', file=sys.stderr); time.sleep(60)"]}
+    )
+    await kube.create(PODS, body)
+
+    async def has_late() -> str | None:
+        async with kube.api.call_api(
+            "GET", version="", base=PODS, url="chatty/log", params={"container": "main"}, raise_for_status=False
+        ) as r:
+            return str(r.text) if "late" in r.text else None
+
+    full = await eventually(has_late, what="late line")
+    assert full == "".join(f"line {i}\n" for i in range(5)) + "late\n"
+    assert await read_log(kube, "chatty", container="main", tailLines="2") == "line 4\nlate\n"
+    assert await read_log(kube, "chatty", container="side") == "from side\n"
+    assert await read_log(kube, "chatty", container="main", sinceSeconds="600") == full
+    stamped = await read_log(kube, "chatty", container="main", timestamps="true", tailLines="1")
+    assert stamped.endswith("Z late\n")
+    # a container name is required for a multi-container Pod
+    async with kube.api.call_api(
+        "GET", version="", base=PODS, url="chatty/log", raise_for_status=False
+    ) as r:
+        assert r.status_code == 400
+    # follow: the existing lines arrive, then the stream stays open
+    got = b""
+    with trio.move_on_after(3):
+        async with kube.api.call_api(
+            "GET", version="", base=PODS, url="chatty/log",
+            params={"container": "main", "follow": "true", "tailLines": "1"}, stream=True,
+        ) as r:
+            async for chunk in r.aiter_bytes():
+                got += chunk
+                if got.endswith(b"late\n"):
+                    break
+    assert got == b"late\n"

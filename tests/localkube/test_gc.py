@@ -1,0 +1,77 @@
+"""ownerReference garbage collection (issue 3): background, foreground, orphan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import trio
+
+CM = "/api/v1/namespaces/default/configmaps"
+
+
+async def _create(client: httpx.AsyncClient, name: str, owners: list[dict[str, Any]] | None = None, **meta: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, **meta}
+    if owners:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"], **o.get("_ref", {})}
+            for o in owners
+        ]
+    r = await client.post(CM, json={"metadata": metadata})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+async def _gone(client: httpx.AsyncClient, name: str) -> None:
+    with trio.fail_after(5):
+        while (await client.get(f"{CM}/{name}")).status_code != 404:
+            await trio.sleep(0.01)
+
+
+async def test_background_deletes_dependents_once_all_owners_are_gone(admin_http: httpx.AsyncClient) -> None:
+    owner = await _create(admin_http, "owner")
+    other = await _create(admin_http, "other")
+    child = await _create(admin_http, "child", [owner])
+    shared = await _create(admin_http, "shared", [owner, other])
+    grandchild = await _create(admin_http, "grandchild", [child])
+    await admin_http.delete(f"{CM}/owner")
+    await _gone(admin_http, "child")
+    await _gone(admin_http, "grandchild")
+    with trio.fail_after(5):
+        while True:
+            kept = (await admin_http.get(f"{CM}/shared")).json()
+            if [r["name"] for r in kept["metadata"]["ownerReferences"]] == ["other"]:
+                break
+            await trio.sleep(0.01)
+    del shared, grandchild
+
+
+async def test_foreground_waits_for_blocking_dependents(admin_http: httpx.AsyncClient) -> None:
+    owner = await _create(admin_http, "owner")
+    await _create(admin_http, "held", [{**owner, "_ref": {"blockOwnerDeletion": True}}], finalizers=["example.com/hold"])
+    r = await admin_http.request("DELETE", f"{CM}/owner", json={"propagationPolicy": "Foreground"})
+    assert "foregroundDeletion" in r.json()["metadata"]["finalizers"]
+    await trio.sleep(0.05)
+    owner_now = (await admin_http.get(f"{CM}/owner")).json()
+    assert owner_now["metadata"]["deletionTimestamp"], "owner waits while a blocking dependent exists"
+    held = (await admin_http.get(f"{CM}/held")).json()
+    assert held["metadata"]["deletionTimestamp"], "dependent deletion started"
+    await admin_http.patch(f"{CM}/held", content=json.dumps({"metadata": {"finalizers": None}}), headers={"Content-Type": "application/merge-patch+json"})
+    await _gone(admin_http, "held")
+    await _gone(admin_http, "owner")
+
+
+async def test_orphan_keeps_dependents_and_drops_the_reference(admin_http: httpx.AsyncClient) -> None:
+    owner = await _create(admin_http, "owner")
+    await _create(admin_http, "kid", [owner])
+    await admin_http.delete(f"{CM}/owner", params={"propagationPolicy": "Orphan"})
+    await _gone(admin_http, "owner")
+    kid = (await admin_http.get(f"{CM}/kid")).json()
+    assert "ownerReferences" not in kid["metadata"]
+
+
+async def test_dependent_of_missing_owner_is_collected(admin_http: httpx.AsyncClient) -> None:
+    ghost = {"metadata": {"name": "ghost", "uid": "00000000-0000-0000-0000-000000000000"}}
+    await _create(admin_http, "orphaned", [ghost])
+    await _gone(admin_http, "orphaned")

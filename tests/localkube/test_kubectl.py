@@ -1,0 +1,160 @@
+"""Acceptance: real ``kubectl`` 1.32 commands against localkube (issue 3, "Acceptance").
+
+Skipped, with a printed reason, only where kubectl is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+import trio
+import yaml
+
+from localkube.apiserver import ApiServerHandle
+from tests.localkube.conftest import KUBECTL
+
+pytestmark = pytest.mark.kubectl
+
+CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, shortNames: [gd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    additionalPrinterColumns:
+    - {name: Size, type: integer, jsonPath: .spec.size}
+    - {name: Phase, type: string, jsonPath: .status.phase}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 1, maximum: 10}
+              color: {type: string, default: blue}
+          status:
+            type: object
+            properties:
+              phase: {type: string}
+"""
+
+GADGET = """
+apiVersion: example.com/v1
+kind: Gadget
+metadata: {name: g1, namespace: default}
+spec: {size: 3}
+"""
+
+
+async def _apply_crd_and_gadget(kubectl: Any) -> None:
+    out = await kubectl("apply", "-f", "-", input=CRD)
+    assert "customresourcedefinition.apiextensions.k8s.io/gadgets.example.com created" in out.stdout
+    out = await kubectl("apply", "-f", "-", input=GADGET)
+    assert "gadget.example.com/g1 created" in out.stdout
+
+
+async def test_get_namespaces(kubectl: Any) -> None:
+    out = await kubectl("get", "ns")
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "AGE"]
+    assert {line.split()[0] for line in lines[1:]} >= {"default", "kube-system", "kube-public"}
+
+
+async def test_apply_crd_then_custom_object_and_get_yaml(kubectl: Any) -> None:
+    await _apply_crd_and_gadget(kubectl)
+    obj = yaml.safe_load((await kubectl("get", "gadgets", "g1", "-o", "yaml")).stdout)
+    assert obj["spec"] == {"size": 3, "color": "blue"}
+    assert obj["metadata"]["generation"] == 1 and obj["metadata"]["uid"]
+    table = (await kubectl("get", "gd")).stdout.splitlines()
+    assert table[0].split() == ["NAME", "SIZE", "PHASE", "AGE"]
+    assert table[1].split()[:2] == ["g1", "3"]
+    again = await kubectl("apply", "-f", "-", input=GADGET.replace("size: 3", "size: 4"))
+    assert "gadget.example.com/g1 configured" in again.stdout
+    assert json.loads((await kubectl("get", "gd", "g1", "-o", "json")).stdout)["metadata"]["generation"] == 2
+
+
+async def test_invalid_custom_object_is_rejected_like_kube_apiserver(kubectl: Any) -> None:
+    await _apply_crd_and_gadget(kubectl)
+    out = await kubectl("apply", "-f", "-", input=GADGET.replace("g1", "bad").replace("size: 3", "size: 30"), check=False)
+    assert out.returncode != 0
+    assert 'The Gadget "bad" is invalid' in out.stderr
+    assert "spec.size: Invalid value: 30: spec.size in body should be less than or equal to 10" in out.stderr
+
+
+async def test_patch_status_subresource(kubectl: Any) -> None:
+    await _apply_crd_and_gadget(kubectl)
+    await kubectl("patch", "gadget", "g1", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Ready"},"spec":{"size":9}}')
+    obj = json.loads((await kubectl("get", "gadget", "g1", "-o", "json")).stdout)
+    assert obj["status"] == {"phase": "Ready"} and obj["spec"]["size"] == 3
+
+
+async def test_get_watch_receives_an_update(kubectl: Any, apiserver: ApiServerHandle) -> None:
+    assert KUBECTL is not None
+    await _apply_crd_and_gadget(kubectl)
+    argv = [KUBECTL, "--kubeconfig", str(apiserver.kubeconfig_path), "get", "gadgets", "-w", "--no-headers"]
+    process = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert process.stdout is not None
+    received = b""
+    try:
+        with trio.fail_after(20):
+            while b"g1" not in received:
+                received += await process.stdout.receive_some()
+            await kubectl("patch", "gadget", "g1", "--type=merge", "-p", '{"spec":{"size":7}}')
+            while len([line for line in received.splitlines() if line.strip()]) < 2:
+                received += await process.stdout.receive_some()
+    finally:
+        process.kill()
+        await process.wait()
+    lines = [line.split() for line in received.decode().splitlines() if line.strip()]
+    assert lines[0][:2] == ["g1", "3"]
+    assert lines[1][:2] == ["g1", "7"]
+
+
+async def test_delete_with_pending_finalizer(kubectl: Any) -> None:
+    await kubectl("create", "configmap", "held")
+    await kubectl("patch", "configmap", "held", "--type=merge", "-p", '{"metadata":{"finalizers":["example.com/hold"]}}')
+    out = await kubectl("delete", "configmap", "held", "--wait=false")
+    assert 'configmap "held" deleted' in out.stdout
+    obj = json.loads((await kubectl("get", "configmap", "held", "-o", "json")).stdout)
+    assert obj["metadata"]["deletionTimestamp"] and obj["metadata"]["finalizers"] == ["example.com/hold"]
+    await kubectl("patch", "configmap", "held", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    gone = await kubectl("get", "configmap", "held", check=False)
+    assert gone.returncode != 0 and 'configmaps "held" not found' in gone.stderr
+
+
+async def test_auth_can_i_with_service_account_token(kubectl: Any) -> None:
+    await kubectl("create", "namespace", "team")
+    await kubectl("create", "serviceaccount", "bot", "-n", "team")
+    token = (await kubectl("create", "token", "bot", "-n", "team")).stdout.strip()
+    assert token.count(".") == 2
+    denied = await kubectl("auth", "can-i", "list", "pods", "-n", "team", token=token, check=False)
+    assert denied.stdout.strip() == "no" and denied.returncode == 1
+    await kubectl("create", "role", "pod-reader", "-n", "team", "--verb=get,list", "--resource=pods")
+    await kubectl("create", "rolebinding", "bot-read", "-n", "team", "--role=pod-reader", "--serviceaccount=team:bot")
+    allowed = await kubectl("auth", "can-i", "list", "pods", "-n", "team", token=token)
+    assert allowed.stdout.strip() == "yes"
+    still_denied = await kubectl("auth", "can-i", "delete", "pods", "-n", "team", token=token, check=False)
+    assert still_denied.stdout.strip() == "no"
+    forbidden = await kubectl("get", "secrets", "-n", "team", token=token, check=False)
+    assert 'User "system:serviceaccount:team:bot" cannot list resource "secrets"' in forbidden.stderr
+    whoami = await kubectl("auth", "whoami", "-o", "json", token=token)
+    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == "system:serviceaccount:team:bot"
+
+
+async def test_api_resources_lists_builtins(kubectl: Any) -> None:
+    out = (await kubectl("api-resources", "--no-headers")).stdout
+    names = {line.split()[0] for line in out.splitlines()}
+    assert {"pods", "deployments", "leases", "endpointslices", "customresourcedefinitions", "selfsubjectaccessreviews"} <= names

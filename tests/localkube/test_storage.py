@@ -1,0 +1,142 @@
+"""The object store: one global revision, history/410, fan-out, SQLite durability."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from localkube import storage
+from localkube.storage import AlreadyExists, Conflict, Gone, NotFound, Store, open_store
+
+
+def obj(name: str, **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns"}, **extra}
+
+
+def key(name: str) -> storage.ObjectKey:
+    return ("/configmaps", "ns", name)
+
+
+def test_revisions_are_global_and_increasing() -> None:
+    store = open_store(None)
+    a = store.create(key("a"), obj("a"))
+    b = store.create(("/secrets", "ns", "b"), obj("b"))
+    a2 = store.update(key("a"), obj("a", data={"x": "1"}))
+    revs = [int(o["metadata"]["resourceVersion"]) for o in (a, b, a2)]
+    assert revs == sorted(revs) and len(set(revs)) == 3
+    assert store.revision == revs[-1]
+
+
+def test_create_update_delete_preconditions() -> None:
+    store = open_store(None)
+    created = store.create(key("a"), obj("a"))
+    with pytest.raises(AlreadyExists):
+        store.create(key("a"), obj("a"))
+    with pytest.raises(Conflict):
+        store.update(key("a"), obj("a"), expected_revision=int(created["metadata"]["resourceVersion"]) + 5)
+    with pytest.raises(NotFound):
+        store.update(key("zz"), obj("zz"))
+    with pytest.raises(Conflict):
+        store.delete(key("a"), expected_revision=999)
+    final = store.delete(key("a"))
+    assert int(final["metadata"]["resourceVersion"]) == store.revision
+    assert store.get(*key("a")) is None
+
+
+def test_history_replay_and_gone_after_compaction() -> None:
+    store = Store(storage.MemoryBackend(), history_limit=3)
+    for i in range(5):
+        store.create(key(f"o{i}"), obj(f"o{i}"))
+    # revisions 1..5; history keeps 3..5, so replay from 2 works and from 1 is Gone
+    assert [e.revision for e in store.history_since(2, "/configmaps", None)] == [3, 4, 5]
+    with pytest.raises(Gone):
+        store.history_since(1, "/configmaps", None)
+
+
+def test_list_at_exact_revision_rolls_back() -> None:
+    store = open_store(None)
+    store.create(key("a"), obj("a", data={"v": "1"}))
+    rev = store.revision
+    store.update(key("a"), obj("a", data={"v": "2"}))
+    store.create(key("b"), obj("b"))
+    store.delete(key("a"))
+    past = store.list_at("/configmaps", None, rev)
+    assert [(o["metadata"]["name"], o["data"]) for o in past] == [("a", {"v": "1"})]
+    with pytest.raises(Conflict):
+        store.list_at("/configmaps", None, store.revision + 1)
+
+
+async def test_subscribers_get_events_and_slow_ones_are_closed() -> None:
+    store = Store(storage.MemoryBackend(), watch_buffer=2)
+    with store.subscribe("/configmaps") as (_, fast), store.subscribe("/configmaps") as (_, slow):
+        store.create(key("a"), obj("a"))
+        assert (await fast.receive()).type == "ADDED"
+        store.create(key("b"), obj("b"))
+        store.create(key("c"), obj("c"))
+        assert [(await fast.receive()).key[2] for _ in range(2)] == ["b", "c"]
+        # slow never read: 3 events > buffer 2, so it was closed after what fitted
+        received = [e.key[2] async for e in slow]
+        assert received == ["a", "b"]
+
+
+def test_event_line_is_encoded_once_and_shared() -> None:
+    store = open_store(None)
+    with store.subscribe(None) as (_, channel):
+        store.create(key("a"), obj("a"))
+        event = channel.receive_nowait()
+    first = event.line()
+    assert event.line() is first
+    assert first.startswith(b'{"type":"ADDED","object":{"apiVersion":"v1"')
+    assert b'"apiVersion":"v2"' in event.line("v2")
+
+
+def test_sqlite_survives_reopen_and_keeps_revisions(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.create(key("a"), obj("a"))
+    store.update(key("a"), obj("a", data={"x": "1"}))
+    rev = store.revision
+    store.close()
+    again = open_store(tmp_path)
+    assert again.get(*key("a"))["data"] == {"x": "1"}  # type: ignore[index]
+    assert again.revision == rev
+    created = again.create(key("b"), obj("b"))
+    assert int(created["metadata"]["resourceVersion"]) == rev + 1
+    # history does not survive a restart: replay from before it is Gone, from now is fine
+    with pytest.raises(Gone):
+        again.history_since(rev - 1, None, None)
+    assert [e.key[2] for e in again.history_since(rev, None, None)] == ["b"]
+    again.close()
+
+
+class _FailingBackend(storage.MemoryBackend):
+    def commit(self, revision: int, puts: Any, deletes: Any) -> None:
+        raise storage.StoreError("disk full")
+
+
+def test_failed_write_changes_nothing() -> None:
+    store = Store(_FailingBackend())
+    with store.subscribe(None) as (_, channel):
+        with pytest.raises(storage.StoreError):
+            store.create(key("a"), obj("a"))
+        assert store.get(*key("a")) is None
+        assert store.revision == 0
+        with pytest.raises(trio.WouldBlock):
+            channel.receive_nowait()
+
+
+def test_sqlite_transaction_rolls_back_on_error(tmp_path: Path) -> None:
+    backend = storage.SqliteBackend(tmp_path / "db")
+    backend.commit(1, [(key("a"), b'{"v":1}')], [])
+    with pytest.raises(storage.StoreError):
+        # the second row violates NOT NULL: the whole transaction, first row included, rolls back
+        backend.commit(2, [(key("b"), b'{"v":2}'), (("/x", "ns", None), b"{}")], [])  # type: ignore[list-item]
+    revision, objects = backend.load()
+    assert revision == 1
+    assert [k for k, _ in objects] == [key("a")]
+    backend.close()
+    with sqlite3.connect(tmp_path / "db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
