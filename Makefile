@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check protos bench clean
+.PHONY: demo test lint typecheck check protos crds bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ check: lint typecheck test
 
 protos: $(STAMP)  ## regenerate src/krt/proto from protos/
 	$(BIN)/python scripts/gen_protos.py
+
+crds: $(STAMP)  ## regenerate charts/kruntimes/crds from src/krt/api/schema.py
+	$(BIN)/python scripts/gen_crds.py
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done

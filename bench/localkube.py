@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import ssl
 import statistics
@@ -36,6 +37,7 @@ import trio
 import yaml
 
 NAMESPACE = "default"
+_SEQ = re.compile(rb'"seq":"(\d+)"')
 CMS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
 
 
@@ -96,15 +98,16 @@ class Bench:
             params = {"watch": "true", "resourceVersion": since}
             async with client.stream("GET", CMS, params=params) as response:
                 task_status.started()
-                async for line in response.aiter_lines():
-                    if not line:
-                        continue
+                pending = b""
+                async for chunk in response.aiter_raw():
                     now = time.perf_counter()
-                    event = json.loads(line)
-                    seq = int((event["object"].get("data") or {}).get("seq", -1))
-                    sent = self.sent.get(seq)
-                    if sent is not None:
-                        self.delays.append(now - sent)
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        match = _SEQ.search(line)
+                        sent = self.sent.get(int(match.group(1))) if match else None
+                        if sent is not None:
+                            self.delays.append(now - sent)
 
     async def writer(self, index: int, deadline: float) -> None:
         async with self.client() as client:

@@ -46,7 +46,12 @@ def is_ready(pod: dict[str, Any]) -> bool:
 async def time_pod(kube: Kube, name: str) -> float:
     listed = await kube.list(PODS)
     rv = listed["metadata"]["resourceVersion"]
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [CONTAINER]}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [CONTAINER]},
+    }
     start = time.perf_counter()
     await kube.create(PODS, body)
     async for event in kube.watch(
@@ -66,7 +71,10 @@ async def time_deployment(kube: Kube, replicas: int) -> float:
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": "bench"}},
-            "template": {"metadata": {"labels": {"app": "bench"}}, "spec": {"containers": [CONTAINER]}},
+            "template": {
+                "metadata": {"labels": {"app": "bench"}},
+                "spec": {"containers": [CONTAINER]},
+            },
         },
     }
     start = time.perf_counter()
@@ -99,7 +107,9 @@ async def main(pods: int, replicas: int) -> None:
             if replicas:
                 with trio.fail_after(60):
                     took = await time_deployment(handle.kube, replicas)
-                print(f"deployment of {replicas} replicas (create -> all Ready): {took * 1000:.0f} ms")
+                print(
+                    f"deployment of {replicas} replicas (create -> all Ready): {took * 1000:.0f} ms"
+                )
             verdict = "OK" if samples[-1] < 1.0 else "SLOWER THAN 1 s"
             print(f"target: every Pod Ready within 1 s: {verdict}")
             nursery.cancel_scope.cancel()

@@ -2,7 +2,7 @@
 
 Usage: ``python scripts/gen_crds.py`` writes the files; ``--check`` writes nothing and exits 1
 (printing a unified diff) when a committed file differs from a fresh rendering. The test
-tests/api/test_api_crds.py runs the same comparison.
+tests/api/test_krtapi_crd_files.py runs the same comparison.
 """
 
 from __future__ import annotations

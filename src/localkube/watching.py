@@ -177,6 +177,9 @@ async def run_watch(
                     event = await channel.receive()
                 except trio.EndOfChannel:
                     return
+                # let the other runnable tasks (concurrent writes) go first, so a burst of
+                # events leaves in one chunk rather than one TLS record each
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 while True:
                     kind = transition(event, options)
                     if kind is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from api_crd_harness import Admission, load_crd_schema
+from krtapi_crd_harness import Admission, load_crd_schema
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -79,6 +80,19 @@ def test_module_entry_point_has_help() -> None:
     assert "--listen" in result.stdout
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
 async def _read_listening_port(stream: trio.abc.ReceiveStream) -> int:
     buffer = b""
     while True:
@@ -105,12 +119,26 @@ async def test_real_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         with trio.fail_after(10):
             port = await _read_listening_port(process.stderr)
         assert work_dir.is_dir()
+        (work_dir / "fn").mkdir()
+        (work_dir / "fn" / "handler.py").write_text("def handle(event):\n    return event\n")
         async with purerpc.insecure_channel("127.0.0.1", port) as channel:
             health = await runtime_grpc.RuntimeStub(channel).Health(pb.HealthRequest())
+            await runtime_grpc.FunctionRuntimeStub(channel).RegisterFunction(
+                pb.RegisterFunctionRequest(
+                    run_uid="run-1",
+                    registration_attempt=1,
+                    working_dir="fn",
+                    handler="handler.handle",
+                    registration_digest="a" * 64,
+                )
+            )
         assert health.healthy
+        (worker,) = _children(process.pid)
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(10):
             assert await process.wait() == 0
+        with pytest.raises(ProcessLookupError):
+            os.kill(worker, 0)  # the warm worker did not outlive its server
     finally:
         if process.returncode is None:
             process.kill()

@@ -70,7 +70,9 @@ def dev() -> None:
 @dev.command()
 @state_dir_option
 @click.option("--detach", is_flag=True, help="Run in the background; return once it serves.")
-@click.option("--port", default=0, type=click.IntRange(0, 65535), help="API server port (0: any free).")
+@click.option(
+    "--port", default=0, type=click.IntRange(0, 65535), help="API server port (0: any free)."
+)
 @click.option(
     "--images",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),

@@ -50,10 +50,7 @@ async def serve_controllers(
         ),
     }
     controllers: list[
-        ClusterIPController
-        | DeploymentController
-        | ReplicaSetController
-        | EndpointsController
+        ClusterIPController | DeploymentController | ReplicaSetController | EndpointsController
     ] = [
         ClusterIPController(kube, informers["services"]),
         DeploymentController(kube, informers["deployments"], informers["replicasets"]),

@@ -161,7 +161,7 @@ class KeyedQueue(Generic[K]):
         self._nursery: trio.Nursery | None = None
         self._dirty: set[K] = set()
         self._running: set[K] = set()
-        self._pending: list[K] = []
+        self._pending: set[K] = set()
 
     def add(self, key: K) -> None:
         """Mark ``key`` for reconciliation (safe to call from any task, any time)."""
@@ -169,7 +169,7 @@ class KeyedQueue(Generic[K]):
         if key in self._running:
             return
         if self._nursery is None:
-            self._pending.append(key)
+            self._pending.add(key)
             return
         self._running.add(key)
         self._nursery.start_soon(self._work, key)

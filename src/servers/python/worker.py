@@ -131,7 +131,7 @@ def _load(handler: str) -> Callable[[object], object]:
     module_name, _, attr = handler.rpartition(".")
     module = importlib.import_module(module_name)
     try:
-        function = getattr(module, attr)
+        function: object = getattr(module, attr)
     except AttributeError:
         raise AttributeError(f"module {module_name!r} has no attribute {attr!r}") from None
     if not callable(function):

@@ -25,5 +25,3 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> ClusterHandle:
 def kube(cluster: ClusterHandle) -> Kube:
     """The admin API client of the cluster fixture."""
     return cluster.kube
-
-

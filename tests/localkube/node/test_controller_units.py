@@ -25,21 +25,40 @@ from localkube.proxy import Target, desired_listeners, ready_backends
 NOW = 1_800_000_000.0
 
 
-def pod(name: str, *, ready: bool = True, ip: str = "127.0.1.1", owner: str = "rs-uid", labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+def pod(
+    name: str,
+    *,
+    ready: bool = True,
+    ip: str = "127.0.1.1",
+    owner: str = "rs-uid",
+    labels: dict[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     p: dict[str, Any] = {
         "metadata": {
             "name": name,
             "namespace": "ns",
             "uid": f"uid-{name}",
             "labels": labels if labels is not None else {"app": "a"},
-            "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "uid": owner, "controller": True}],
+            "ownerReferences": [
+                {"kind": "ReplicaSet", "name": "rs", "uid": owner, "controller": True}
+            ],
             "creationTimestamp": "2026-01-01T00:00:00Z",
         },
-        "spec": {"nodeName": "localkube", "containers": [{"name": "c", "ports": [{"name": "tcp", "containerPort": 7000}]}]},
+        "spec": {
+            "nodeName": "localkube",
+            "containers": [{"name": "c", "ports": [{"name": "tcp", "containerPort": 7000}]}],
+        },
         "status": {
             "phase": "Running",
             "podIP": ip,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
         },
     }
     p["metadata"].update(extra)
@@ -57,7 +76,13 @@ RS = {
 
 
 def test_selector_semantics() -> None:
-    sel = {"matchLabels": {"app": "a"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["x"]}, {"key": "off", "operator": "DoesNotExist"}]}
+    sel = {
+        "matchLabels": {"app": "a"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["x"]},
+            {"key": "off", "operator": "DoesNotExist"},
+        ],
+    }
     assert selector_matches(sel, {"app": "a", "tier": "x"})
     assert not selector_matches(sel, {"app": "a", "tier": "y"})
     assert not selector_matches(sel, {"app": "a", "tier": "x", "off": "1"})
@@ -72,7 +97,13 @@ def test_replicaset_counts_only_its_own_matching_pods() -> None:
 def test_replicaset_plan_scale_up_down_and_status() -> None:
     plan = plan_replicaset(RS, [pod("a")], pending_creates=0, now=NOW)
     assert (plan.create, plan.delete) == (2, [])
-    assert plan.status == {"replicas": 1, "fullyLabeledReplicas": 1, "readyReplicas": 1, "availableReplicas": 1, "observedGeneration": 4}
+    assert plan.status == {
+        "replicas": 1,
+        "fullyLabeledReplicas": 1,
+        "readyReplicas": 1,
+        "availableReplicas": 1,
+        "observedGeneration": 4,
+    }
     # creations in flight are not repeated
     assert plan_replicaset(RS, [pod("a")], pending_creates=2, now=NOW).create == 0
     pods = [pod("ready1"), pod("notready", ready=False), pod("ready2"), pod("ready3")]
@@ -96,7 +127,12 @@ def test_pod_from_template() -> None:
     assert len(p["metadata"]["name"]) == len("rs-") + 5
     assert p["metadata"]["labels"] == {"app": "a"}
     assert p["metadata"]["ownerReferences"][0] == {
-        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": True, "blockOwnerDeletion": True,
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "rs",
+        "uid": "rs-uid",
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
 
 
@@ -106,13 +142,18 @@ def deploy(replicas: int = 4, **strategy: Any) -> dict[str, Any]:
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"app": "a"}},
-            "template": {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+            "template": {
+                "metadata": {"labels": {"app": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
             **({"strategy": strategy} if strategy else {}),
         },
     }
 
 
-def rs(name: str, spec: int, available: int, created: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+def rs(
+    name: str, spec: int, available: int, created: str = "2026-01-01T00:00:00Z"
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "creationTimestamp": created, "uid": name},
         "spec": {"replicas": spec},
@@ -187,12 +228,20 @@ def test_scaling_without_template_change() -> None:
 
 SVC = {
     "metadata": {"name": "web", "namespace": "ns", "uid": "svc-uid"},
-    "spec": {"selector": {"app": "a"}, "clusterIP": "127.0.200.5", "ports": [{"name": "p", "port": 80, "targetPort": "tcp"}]},
+    "spec": {
+        "selector": {"app": "a"},
+        "clusterIP": "127.0.200.5",
+        "ports": [{"name": "p", "port": 80, "targetPort": "tcp"}],
+    },
 }
 
 
 def test_endpoints_follow_readiness_and_named_ports() -> None:
-    pods = [pod("r", ip="127.0.1.2"), pod("n", ready=False, ip="127.0.1.3"), pod("other", labels={"app": "b"}, ip="127.0.1.4")]
+    pods = [
+        pod("r", ip="127.0.1.2"),
+        pod("n", ready=False, ip="127.0.1.3"),
+        pod("other", labels={"app": "b"}, ip="127.0.1.4"),
+    ]
     deleting = pod("d", ip="127.0.1.5", deletionTimestamp="2026-01-01T00:00:00Z")
     no_ip = pod("pending", ip="")
     (subset,) = desired_subsets(SVC, [*pods, deleting, no_ip])
@@ -212,9 +261,19 @@ def test_endpoints_follow_readiness_and_named_ports() -> None:
 
 
 def test_proxy_targets_and_backends() -> None:
-    listeners = desired_listeners([SVC, {"metadata": {"name": "h", "namespace": "ns"}, "spec": {"clusterIP": "None", "ports": [{"port": 1}]}}])
+    listeners = desired_listeners(
+        [
+            SVC,
+            {
+                "metadata": {"name": "h", "namespace": "ns"},
+                "spec": {"clusterIP": "None", "ports": [{"port": 1}]},
+            },
+        ]
+    )
     assert listeners == {("127.0.200.5", 80): Target(("ns", "web"), "p", 80)}
-    (s,) = desired_slices(SVC, [pod("r", ip="127.0.1.2"), pod("n", ready=False, ip="127.0.1.3")]).values()
+    (s,) = desired_slices(
+        SVC, [pod("r", ip="127.0.1.2"), pod("n", ready=False, ip="127.0.1.3")]
+    ).values()
     assert ready_backends(Target(("ns", "web"), "p", 80), [s]) == [("127.0.1.2", 7000)]
     assert ready_backends(Target(("ns", "other"), "p", 80), [s]) == []
 

@@ -53,7 +53,9 @@ async def test_down_leaves_no_process_and_state_survives_up_again(tmp_path: Path
     await kube.create(PODS, pod("keeper", echo_container()))
     first = await running_pod(kube, "keeper")
     records = pod_pid_records(state)
-    assert [r.pid for r in records] == [int(first["status"]["containerStatuses"][0]["containerID"].rsplit("/", 1)[1])]
+    assert [r.pid for r in records] == [
+        int(first["status"]["containerStatuses"][0]["containerID"].rsplit("/", 1)[1])
+    ]
     assert all(r.leader_alive() for r in records)
 
     down = await krt("dev", "down", "--state-dir", str(state))
@@ -119,3 +121,13 @@ async def test_down_kills_pod_groups_left_by_a_crashed_cluster(tmp_path: Path) -
 
 async def _dead(pid: int) -> bool:
     return not alive(pid, None)
+
+
+async def test_krt_imports_localkube_only_inside_dev_commands() -> None:
+    code = "import sys, krt.cli.main; print(sorted(m for m in sys.modules if m.startswith('localkube')))"
+    result = await trio.run_process([sys.executable, "-c", code], capture_stdout=True)
+    assert result.stdout.decode().strip() == "[]"
+    help_text = await krt("dev", "--help")
+    assert b"up" in help_text.stdout
+    assert b"down" in help_text.stdout
+    assert b"status" in help_text.stdout

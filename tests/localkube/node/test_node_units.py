@@ -14,7 +14,13 @@ import pytest
 import trio
 import trio.testing
 
-from localkube.images import VENV_BIN, ImageTable, ImageTableError, UnknownImageError, normalize_image
+from localkube.images import (
+    VENV_BIN,
+    ImageTable,
+    ImageTableError,
+    UnknownImageError,
+    normalize_image,
+)
 from localkube.node.backoff import CrashBackoff, should_restart
 from localkube.node.env import (
     ContainerConfigError,
@@ -98,7 +104,9 @@ def test_command_and_args_follow_entrypoint_rules() -> None:
 
 def test_image_table_file_overlays_and_validates(tmp_path: Path) -> None:
     good = tmp_path / "images.yaml"
-    good.write_text("images:\n  example/worker:2:\n    entrypoint: ['{bin}/worker']\n    args: ['-v']\n")
+    good.write_text(
+        "images:\n  example/worker:2:\n    entrypoint: ['{bin}/worker']\n    args: ['-v']\n"
+    )
     table = ImageTable.load(good)
     assert table.resolve("example/worker").argv(None, None) == [str(VENV_BIN / "worker"), "-v"]
     assert table.resolve("kruntimes/runtimed")  # built-ins stay
@@ -126,11 +134,16 @@ def test_expand_rules() -> None:
 
 
 def test_env_sources_and_override_order() -> None:
-    secret = {"data": {"k": base64.b64encode(b"v").decode(), "other": base64.b64encode(b"o").decode()}}
+    secret = {
+        "data": {"k": base64.b64encode(b"v").decode(), "other": base64.b64encode(b"o").decode()}
+    }
     cm = {"data": {"c": "cv"}}
     container = {
         "name": "c",
-        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}, {"secretRef": {"name": "s"}}],
+        "envFrom": [
+            {"configMapRef": {"name": "cm"}, "prefix": "CM_"},
+            {"secretRef": {"name": "s"}},
+        ],
         "env": [
             {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -138,11 +151,16 @@ def test_env_sources_and_override_order() -> None:
             {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
             {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
             {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "c"}}},
-            {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "missing", "key": "x", "optional": True}}},
+            {
+                "name": "OPT",
+                "valueFrom": {"secretKeyRef": {"name": "missing", "key": "x", "optional": True}},
+            },
             {"name": "BASE", "value": "over-$(NAME)"},
         ],
     }
-    env = container_env(POD, container, secrets={"s": secret}, configmaps={"cm": cm}, base={"BASE": "b"})
+    env = container_env(
+        POD, container, secrets={"s": secret}, configmaps={"cm": cm}, base={"BASE": "b"}
+    )
     assert env["CM_c"] == "cv"
     assert (env["k"], env["other"]) == ("v", "o")
     assert (env["NAME"], env["IP"], env["LABEL"], env["SA"]) == ("p", "127.0.3.4", "a", "sa")
@@ -155,21 +173,41 @@ def test_env_sources_and_override_order() -> None:
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}}, 'env[0] (X): secret "nope" not found'),
-        ({"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "zz"}}}, 'couldn\'t find key zz in secret "s"'),
-        ({"name": "X", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k"}}}, 'configmap "nope" not found'),
-        ({"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "spec.bogus"}}}, 'unsupported fieldRef fieldPath "spec.bogus"'),
-        ({"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}, "unsupported valueFrom ['resourceFieldRef']"),
+        (
+            {"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k"}}},
+            'env[0] (X): secret "nope" not found',
+        ),
+        (
+            {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "zz"}}},
+            'couldn\'t find key zz in secret "s"',
+        ),
+        (
+            {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "k"}}},
+            'configmap "nope" not found',
+        ),
+        (
+            {"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "spec.bogus"}}},
+            'unsupported fieldRef fieldPath "spec.bogus"',
+        ),
+        (
+            {"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+            "unsupported valueFrom ['resourceFieldRef']",
+        ),
     ],
 )
 def test_env_errors_name_the_entry(entry: dict[str, object], message: str) -> None:
     with pytest.raises(ContainerConfigError) as info:
-        container_env(POD, {"name": "c", "env": [entry]}, secrets={"s": {"data": {}}}, configmaps={})
+        container_env(
+            POD, {"name": "c", "env": [entry]}, secrets={"s": {"data": {}}}, configmaps={}
+        )
     assert message in str(info.value)
 
 
 def test_service_links() -> None:
-    svc = {"metadata": {"name": "my-svc"}, "spec": {"clusterIP": "127.0.200.9", "ports": [{"name": "grpc-api", "port": 81}]}}
+    svc = {
+        "metadata": {"name": "my-svc"},
+        "spec": {"clusterIP": "127.0.200.9", "ports": [{"name": "grpc-api", "port": 81}]},
+    }
     headless = {"metadata": {"name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 1}]}}
     assert service_link_env([svc, headless]) == {
         "MY_SVC_SERVICE_HOST": "127.0.200.9",
@@ -233,7 +271,9 @@ async def test_tcp_http_exec_probes(tmp_path: Path) -> None:
     async def http_handler(stream: trio.SocketStream) -> None:
         request = await stream.receive_some(4096)
         status = b"200 OK" if b"GET /ok" in request else b"500 Oops"
-        await stream.send_all(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        await stream.send_all(
+            b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        )
         await stream.aclose()
 
     async with trio.open_nursery() as nursery:
@@ -243,7 +283,13 @@ async def test_tcp_http_exec_probes(tmp_path: Path) -> None:
         assert await http_probe(f"http://127.0.0.1:{port}/ok")
         assert not await http_probe(f"http://127.0.0.1:{port}/bad")
         spec = {"httpGet": {"path": "ok", "port": "web"}, "timeoutSeconds": 1}
-        assert await run_probe(spec, host="127.0.0.1", container={"ports": [{"name": "web", "containerPort": port}]}, env={}, cwd=tmp_path)
+        assert await run_probe(
+            spec,
+            host="127.0.0.1",
+            container={"ports": [{"name": "web", "containerPort": port}]},
+            env={},
+            cwd=tmp_path,
+        )
         nursery.cancel_scope.cancel()
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -284,13 +330,19 @@ def test_status_keeps_foreign_conditions_and_honours_readiness_gates() -> None:
         "spec": {"readinessGates": [{"conditionType": "kruntimes.io/RuntimedReady"}]},
         "status": {
             "conditions": [
-                {"type": "kruntimes.io/RuntimedReady", "status": "False", "lastTransitionTime": "t0"},
+                {
+                    "type": "kruntimes.io/RuntimedReady",
+                    "status": "False",
+                    "lastTransitionTime": "t0",
+                },
                 {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"},
             ]
         },
     }
     running = [obs("running", ready=True, started=True, ever_started=True, started_at=1.0, pid=7)]
-    st = pod_status(pod, running, pod_ip="127.0.1.2", host_ip="127.0.0.1", start_time=1.0, now=100.0)
+    st = pod_status(
+        pod, running, pod_ip="127.0.1.2", host_ip="127.0.0.1", start_time=1.0, now=100.0
+    )
     conds = {c["type"]: c for c in st["conditions"]}
     assert conds["ContainersReady"]["status"] == "True"
     assert conds["Ready"]["status"] == "False"
@@ -298,14 +350,24 @@ def test_status_keeps_foreign_conditions_and_honours_readiness_gates() -> None:
     assert conds["Ready"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged status
     assert conds["kruntimes.io/RuntimedReady"] == pod["status"]["conditions"][0]
     pod["status"]["conditions"][0]["status"] = "True"
-    st = pod_status(pod, running, pod_ip="127.0.1.2", host_ip="127.0.0.1", start_time=1.0, now=100.0)
+    st = pod_status(
+        pod, running, pod_ip="127.0.1.2", host_ip="127.0.0.1", start_time=1.0, now=100.0
+    )
     assert {c["type"]: c["status"] for c in st["conditions"]}["Ready"] == "True"
     assert st["podIP"] == "127.0.1.2"
     assert st["containerStatuses"][0]["containerID"] == "localkube://7"
 
 
 def test_container_status_shapes() -> None:
-    o = obs("terminated", exit_code=137, signal=9, reason="Error", started_at=1.0, finished_at=2.0, restart_count=2)
+    o = obs(
+        "terminated",
+        exit_code=137,
+        signal=9,
+        reason="Error",
+        started_at=1.0,
+        finished_at=2.0,
+        restart_count=2,
+    )
     s = o.status()
     assert s["state"]["terminated"]["exitCode"] == 137
     assert s["state"]["terminated"]["signal"] == 9
@@ -348,7 +410,9 @@ def test_log_records_round_trip_with_partial_lines() -> None:
     assert render(lines, tail_lines=1) == b"two\n"
     assert render(lines, tail_lines=0) == b""
     assert render(lines, since_seconds=5, now=1_000_012.0) == b"two\n"
-    assert render(lines, timestamps=True, tail_lines=1).startswith(b"1970-01-12T13:46:50.000000000Z two")
+    assert render(lines, timestamps=True, tail_lines=1).startswith(
+        b"1970-01-12T13:46:50.000000000Z two"
+    )
     assert render(lines, limit_bytes=2) == b"on"
     with pytest.raises(ValueError, match="tailLines"):
         render(lines, tail_lines=-1)
@@ -427,7 +491,13 @@ def test_volumes_and_mounts(tmp_path: Path) -> None:
             "volumes": [
                 {"name": "e", "emptyDir": {}},
                 {"name": "workspace", "emptyDir": {}},
-                {"name": "s", "secret": {"secretName": "sec", "items": [{"key": "k", "path": "sub/file", "mode": 0o600}]}},
+                {
+                    "name": "s",
+                    "secret": {
+                        "secretName": "sec",
+                        "items": [{"key": "k", "path": "sub/file", "mode": 0o600}],
+                    },
+                },
                 {"name": "c", "configMap": {"name": "cm"}},
                 {"name": "o", "configMap": {"name": "absent", "optional": True}},
             ]
@@ -437,7 +507,9 @@ def test_volumes_and_mounts(tmp_path: Path) -> None:
         paths,
         pod,
         secrets={"sec": {"data": {"k": base64.b64encode(b"v").decode()}}},
-        configmaps={"cm": {"data": {"a": "1"}, "binaryData": {"b": base64.b64encode(b"\x00").decode()}}},
+        configmaps={
+            "cm": {"data": {"a": "1"}, "binaryData": {"b": base64.b64encode(b"\x00").decode()}}
+        },
     )
     assert (paths.volume("s") / "sub/file").read_bytes() == b"v"
     assert oct((paths.volume("s") / "sub/file").stat().st_mode & 0o777) == "0o600"
@@ -456,13 +528,27 @@ def test_volumes_and_mounts(tmp_path: Path) -> None:
     assert (paths.root / "work").resolve() == paths.workspace.resolve()
     assert (paths.root / "data/one").resolve() == (paths.volume("e") / "one").resolve()
     with pytest.raises(VolumeError, match='volume "nope" is not declared'):
-        mount_volumes(paths, pod, {"name": "x", "volumeMounts": [{"name": "nope", "mountPath": "/n"}]})
+        mount_volumes(
+            paths, pod, {"name": "x", "volumeMounts": [{"name": "nope", "mountPath": "/n"}]}
+        )
     with pytest.raises(VolumeError, match="must not contain"):
-        mount_volumes(paths, pod, {"name": "x", "volumeMounts": [{"name": "e", "mountPath": "/../x"}]})
+        mount_volumes(
+            paths, pod, {"name": "x", "volumeMounts": [{"name": "e", "mountPath": "/../x"}]}
+        )
     with pytest.raises(VolumeError, match=r"type \['hostPath'\] is not supported"):
-        prepare_volumes(paths, {"spec": {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}}, secrets={}, configmaps={})
+        prepare_volumes(
+            paths,
+            {"spec": {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}},
+            secrets={},
+            configmaps={},
+        )
     with pytest.raises(VolumeError, match='secret "gone" not found'):
-        prepare_volumes(paths, {"spec": {"volumes": [{"name": "g", "secret": {"secretName": "gone"}}]}}, secrets={}, configmaps={})
+        prepare_volumes(
+            paths,
+            {"spec": {"volumes": [{"name": "g", "secret": {"secretName": "gone"}}]}},
+            secrets={},
+            configmaps={},
+        )
 
 
 async def test_grpc_probe_speaks_grpc_health_v1() -> None:

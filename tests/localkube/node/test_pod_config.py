@@ -63,8 +63,14 @@ async def test_env_service_account_and_volumes(kube: Kube, cluster: ClusterHandl
             {"name": "MY_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
             {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "MY_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-            {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
-            {"name": "LEVEL", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "level"}}},
+            {
+                "name": "PASSWORD",
+                "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}},
+            },
+            {
+                "name": "LEVEL",
+                "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "level"}},
+            },
         ],
         "volumeMounts": [
             {"name": "cfg", "mountPath": "/etc/cfg"},
@@ -104,7 +110,11 @@ async def test_env_service_account_and_volumes(kube: Kube, cluster: ClusterHandl
     # the projected token authenticates as the Pod's ServiceAccount
     review = await kube.create(
         "/apis/authentication.k8s.io/v1/tokenreviews",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": out["sa_files"]["token"]}},
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": out["sa_files"]["token"]},
+        },
     )
     assert review["status"]["user"]["username"] == "system:serviceaccount:default:default"
 
@@ -129,9 +139,15 @@ async def test_missing_secret_is_a_config_error_until_it_exists(kube: Kube) -> N
     assert "env[0] (TOKEN)" in waiting["message"]
     await kube.create(
         "/api/v1/namespaces/default/secrets",
-        {"metadata": {"name": "later"}, "stringData": {"t": "now"}, "data": {"t": base64.b64encode(b"now").decode()}},
+        {
+            "metadata": {"name": "later"},
+            "stringData": {"t": "now"},
+            "data": {"t": base64.b64encode(b"now").decode()},
+        },
     )
-    await eventually(lambda: phase(kube, "waits", "Succeeded"), what="started once the Secret exists")
+    await eventually(
+        lambda: phase(kube, "waits", "Succeeded"), what="started once the Secret exists"
+    )
     assert await read_log(kube, "waits") == "now\n"
 
 
@@ -139,13 +155,22 @@ async def test_logs_are_served_with_tail_since_container_and_follow(kube: Kube) 
     script = "import time\nfor i in range(5): print('line', i)\ntime.sleep(0.3)\nprint('late')\ntime.sleep(60)"
     body = pod("chatty", {"name": "main", "image": "localkube/python", "args": ["-c", script]})
     body["spec"]["containers"].append(
-        {"name": "side", "image": "localkube/python", "args": ["-c", "import sys, time; print('from side', file=sys.stderr); time.sleep(60)"]}
+        {
+            "name": "side",
+            "image": "localkube/python",
+            "args": ["-c", "import sys, time; print('from side', file=sys.stderr); time.sleep(60)"],
+        }
     )
     await kube.create(PODS, body)
 
     async def has_late() -> str | None:
         async with kube.api.call_api(
-            "GET", version="", base=PODS, url="chatty/log", params={"container": "main"}, raise_for_status=False
+            "GET",
+            version="",
+            base=PODS,
+            url="chatty/log",
+            params={"container": "main"},
+            raise_for_status=False,
         ) as r:
             return str(r.text) if "late" in r.text else None
 
@@ -165,8 +190,12 @@ async def test_logs_are_served_with_tail_since_container_and_follow(kube: Kube) 
     got = b""
     with trio.move_on_after(3):
         async with kube.api.call_api(
-            "GET", version="", base=PODS, url="chatty/log",
-            params={"container": "main", "follow": "true", "tailLines": "1"}, stream=True,
+            "GET",
+            version="",
+            base=PODS,
+            url="chatty/log",
+            params={"container": "main", "follow": "true", "tailLines": "1"},
+            stream=True,
         ) as r:
             async for chunk in r.aiter_bytes():
                 got += chunk

@@ -34,7 +34,10 @@ def service(name: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"selector": {"app": name}, "ports": [{"name": "echo", "port": 80, "targetPort": "tcp"}]},
+        "spec": {
+            "selector": {"app": name},
+            "ports": [{"name": "echo", "port": 80, "targetPort": "tcp"}],
+        },
     }
 
 
@@ -67,7 +70,9 @@ async def cluster_ip(kube: Kube, name: str) -> str:
 async def test_failing_readiness_removes_endpoint_and_proxy_stops_sending(
     kube: Kube, cluster: ClusterHandle
 ) -> None:
-    await kube.create(DEPLOYMENTS, deployment("svc", 2, echo_container(readinessProbe=READY_UNLESS_FILE)))
+    await kube.create(
+        DEPLOYMENTS, deployment("svc", 2, echo_container(readinessProbe=READY_UNLESS_FILE))
+    )
     await kube.create(SERVICES, service("svc"))
     pods = await ready_pods(kube, "svc", 2)
     names = {p["metadata"]["name"] for p in pods}
@@ -75,7 +80,9 @@ async def test_failing_readiness_removes_endpoint_and_proxy_stops_sending(
     assert ip in [str(a) for a in SERVICE_NETWORK.hosts()]
 
     async def both_ready() -> list[dict[str, Any]] | None:
-        slices = (await kube.list(SLICES, {"labelSelector": "kubernetes.io/service-name=svc"}))["items"]
+        slices = (await kube.list(SLICES, {"labelSelector": "kubernetes.io/service-name=svc"}))[
+            "items"
+        ]
         eps = [e for s in slices for e in s["endpoints"] if e["conditions"]["ready"]]
         return slices if len(eps) == 2 else None
 
@@ -91,7 +98,9 @@ async def test_failing_readiness_removes_endpoint_and_proxy_stops_sending(
 
     # one Pod's readiness probe starts failing
     sick = pods[0]
-    paths = PodPaths.for_pod(cluster.state_dir, "default", sick["metadata"]["name"], sick["metadata"]["uid"])
+    paths = PodPaths.for_pod(
+        cluster.state_dir, "default", sick["metadata"]["name"], sick["metadata"]["uid"]
+    )
     (paths.workspace / UNREADY_FILE).touch()
 
     async def one_ready() -> dict[str, Any] | None:
@@ -114,18 +123,24 @@ async def test_failing_readiness_removes_endpoint_and_proxy_stops_sending(
     assert set(seen) == names - {sick["metadata"]["name"]}
 
 
-async def test_service_names_resolve_through_the_hosts_file(kube: Kube, cluster: ClusterHandle) -> None:
+async def test_service_names_resolve_through_the_hosts_file(
+    kube: Kube, cluster: ClusterHandle
+) -> None:
     await kube.create(SERVICES, service("named"))
     ip = await cluster_ip(kube, "named")
 
     async def listed() -> str | None:
-        return await trio.to_thread.run_sync(resolve, "named.default.svc.cluster.local", cluster.hosts_file)
+        return await trio.to_thread.run_sync(
+            resolve, "named.default.svc.cluster.local", cluster.hosts_file
+        )
 
     assert await eventually(listed, what="hosts entry") == ip
     assert resolve("named.default.svc", cluster.hosts_file) == ip
     await kube.delete(f"{SERVICES}/named")
 
     async def removed() -> bool:
-        return await trio.to_thread.run_sync(resolve, "named.default.svc", cluster.hosts_file) is None
+        return (
+            await trio.to_thread.run_sync(resolve, "named.default.svc", cluster.hosts_file) is None
+        )
 
     await eventually(removed, what="hosts entry removed")

@@ -137,7 +137,9 @@ async def test_template_change_rolls_pods(kube: Kube) -> None:
         return st if ok and st.get("replicas") == 2 else None
 
     st = await eventually(complete, what="rollout complete")
-    assert {c["type"]: c["reason"] for c in st["conditions"]}["Progressing"] == "NewReplicaSetAvailable"
+    assert {c["type"]: c["reason"] for c in st["conditions"]}[
+        "Progressing"
+    ] == "NewReplicaSetAvailable"
 
 
 async def test_killed_container_restarts_and_bumps_restart_count(kube: Kube) -> None:
@@ -170,9 +172,7 @@ async def test_graceful_deletion_sends_sigterm_then_sigkill_after_grace(
     c = echo_container(readinessProbe=TCP_READY)
     c["env"].append({"name": "ECHO_IGNORE_SIGTERM", "value": "1"})
     await kube.create(PODS, pod("stubborn", c, terminationGracePeriodSeconds=1))
-    p = await eventually(
-        lambda: ready_pods(kube, "stubborn", 1), what="stubborn ready"
-    )
+    p = await eventually(lambda: ready_pods(kube, "stubborn", 1), what="stubborn ready")
     pid = container_pid(p[0])
     started = time.monotonic()
     await kube.delete(f"{PODS}/stubborn")
@@ -200,11 +200,15 @@ async def test_graceful_deletion_sends_sigterm_then_sigkill_after_grace(
 
 async def test_readiness_gates_keep_other_components_conditions(kube: Kube) -> None:
     gate = "kruntimes.io/RuntimedReady"
-    await kube.create(PODS, pod("gated", echo_container(), readinessGates=[{"conditionType": gate}]))
+    await kube.create(
+        PODS, pod("gated", echo_container(), readinessGates=[{"conditionType": gate}])
+    )
 
     async def containers_ready() -> dict[str, Any] | None:
         p = await get_pod(kube, "gated")
-        conds = {c["type"]: c["status"] for c in ((p or {}).get("status") or {}).get("conditions", [])}
+        conds = {
+            c["type"]: c["status"] for c in ((p or {}).get("status") or {}).get("conditions", [])
+        }
         return p if conds.get("ContainersReady") == "True" else None
 
     p = await eventually(containers_ready, what="containers ready")
@@ -220,7 +224,9 @@ async def test_readiness_gates_keep_other_components_conditions(kube: Kube) -> N
 
     async def ready() -> dict[str, Any] | None:
         p = await get_pod(kube, "gated")
-        conds = {c["type"]: c["status"] for c in ((p or {}).get("status") or {}).get("conditions", [])}
+        conds = {
+            c["type"]: c["status"] for c in ((p or {}).get("status") or {}).get("conditions", [])
+        }
         return p if conds.get("Ready") == "True" else None
 
     p = await eventually(ready, what="Ready through the gate")
@@ -244,7 +250,11 @@ async def test_unknown_image_stays_pending_with_err_image_pull(kube: Kube) -> No
     async def waiting() -> dict[str, Any] | None:
         p = await get_pod(kube, "nginx")
         cs = ((p or {}).get("status") or {}).get("containerStatuses") or []
-        return cs[0] if cs and cs[0]["state"].get("waiting", {}).get("reason") == "ErrImagePull" else None
+        return (
+            cs[0]
+            if cs and cs[0]["state"].get("waiting", {}).get("reason") == "ErrImagePull"
+            else None
+        )
 
     cs = await eventually(waiting, what="ErrImagePull")
     assert "localkube runs only the listed images" in cs["state"]["waiting"]["message"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from api_samples import SHA, full_status, function_run, repo_run, runtime, task_run, with_changes
+from krtapi_samples import SHA, full_status, function_run, repo_run, runtime, task_run, with_changes
 
 
 class Case(NamedTuple):

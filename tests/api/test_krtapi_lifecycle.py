@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from api_crd_harness import Admission
-from api_samples import function_run, task_run, with_changes
+from krtapi_crd_harness import Admission
+from krtapi_samples import function_run, task_run, with_changes
 
 from krt.api.constants import Reason
 from krt.api.errors import OutputsError

@@ -6,7 +6,7 @@ it), then every ``x-kubernetes-validations`` rule through ``celpy`` with ``self`
 ``oldSelf`` for transition rules where the old object has a value at the same place (object
 properties, map keys, and list-map entries correlated by key). CEL property names that are
 reserved words are escaped as Kubernetes does (``function`` -> ``__function__``). It exists so
-the CRDs are tested even where localkube's validator differs; tests/api/test_api_crd_localkube.py
+the CRDs are tested even where localkube's validator differs; tests/api/test_krtapi_crd_localkube.py
 runs the same cases through localkube.
 """
 

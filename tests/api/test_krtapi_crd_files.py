@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from api_crd_harness import CRD_DIR, ROOT
+from krtapi_crd_harness import CRD_DIR, ROOT
 
 from krt.api import constants
 from krt.api.crds import CRD_FILES, render_crd, run_crd, runtime_crd

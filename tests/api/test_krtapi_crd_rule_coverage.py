@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from api_crd_cases import INVALID_RUNS, INVALID_RUNTIMES, Case
-from api_crd_harness import Admission, load_crd_schema, matches
+from krtapi_crd_cases import INVALID_RUNS, INVALID_RUNTIMES, Case
+from krtapi_crd_harness import Admission, load_crd_schema, matches
 
 
 def _rules(

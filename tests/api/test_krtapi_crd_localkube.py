@@ -10,8 +10,8 @@ import functools
 from typing import Any
 
 import pytest
-from api_crd_cases import INVALID_RUNS, INVALID_RUNTIMES, VALID_RUNS, VALID_RUNTIMES, Case
-from api_crd_harness import load_crd_schema, matches
+from krtapi_crd_cases import INVALID_RUNS, INVALID_RUNTIMES, VALID_RUNS, VALID_RUNTIMES, Case
+from krtapi_crd_harness import load_crd_schema, matches
 
 crd = pytest.importorskip("localkube.crd", reason="localkube's CRD validator is not importable")
 

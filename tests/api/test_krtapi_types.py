@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from api_samples import UID, full_status, function_run, repo_run, runtime, task_run, with_changes
+from krtapi_samples import UID, full_status, function_run, repo_run, runtime, task_run, with_changes
 
 from krt.api import schema
 from krt.api.errors import DurationError, InvalidObjectError, ResourceError
