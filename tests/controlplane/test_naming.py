@@ -7,8 +7,6 @@ import re
 import pytest
 
 from krt.controlplane.naming import (
-    heartbeat_lease_name,
-    pod_name_of_heartbeat_lease,
     runtime_deployment_name,
     runtime_object_name,
     runtime_service_host,
@@ -43,10 +41,3 @@ def test_hyphen_before_hash_is_not_doubled() -> None:
 def test_empty_name_rejected() -> None:
     with pytest.raises(ValueError, match="empty"):
         runtime_object_name("")
-
-
-def test_heartbeat_lease_round_trip() -> None:
-    assert heartbeat_lease_name("runtime-python-abc") == "runtimed-runtime-python-abc"
-    assert pod_name_of_heartbeat_lease("runtimed-runtime-python-abc") == "runtime-python-abc"
-    assert pod_name_of_heartbeat_lease("krt-controlplane") is None
-    assert pod_name_of_heartbeat_lease("runtimed-") is None

@@ -4,40 +4,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from krt.controlplane.podstate import (
-    heartbeat_fresh,
-    pod_is_ready,
-    pod_state,
-    ready_endpoint_pod_uids,
-)
+from krt.controlplane.podstate import pod_is_ready, pod_state, ready_endpoint_pod_uids
 
 from .builders import NOW, lease_dict, pod_dict
 
 
-def test_fresh_when_holder_matches_and_not_expired() -> None:
-    lease = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=39))
-    assert heartbeat_fresh(lease, "uid-p", NOW)
-
-
-def test_expired_exactly_at_bound() -> None:
-    lease = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=40))
-    assert not heartbeat_fresh(lease, "uid-p", NOW)
-
-
-def test_other_holder_is_stale() -> None:
-    lease = lease_dict("p", holder="old-uid", renewed=NOW)
-    assert not heartbeat_fresh(lease, "uid-p", NOW)
-
-
-def test_missing_or_malformed_is_stale() -> None:
-    assert not heartbeat_fresh(None, "uid-p", NOW)
-    assert not heartbeat_fresh(lease_dict("p", holder="uid-p", renewed=None), "uid-p", NOW)
-    assert not heartbeat_fresh(
-        lease_dict("p", holder="uid-p", renewed=NOW, duration=None), "uid-p", NOW
-    )
-    bad = lease_dict("p", holder="uid-p", renewed=NOW)
-    bad["spec"]["renewTime"] = "yesterday"
-    assert not heartbeat_fresh(bad, "uid-p", NOW)
+def test_heartbeat_judged_by_uid_and_expiry() -> None:
+    fresh = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=39))
+    assert pod_state(pod_dict("p"), lease=fresh, now=NOW).heartbeat_fresh
+    expired = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=40))
+    assert not pod_state(pod_dict("p"), lease=expired, now=NOW).heartbeat_fresh
+    other = lease_dict("p", holder="old-uid", renewed=NOW)
+    assert not pod_state(pod_dict("p"), lease=other, now=NOW).heartbeat_fresh
+    assert not pod_state(pod_dict("p"), lease=None, now=NOW).heartbeat_fresh
 
 
 def test_pod_state_reads_fields() -> None:

@@ -231,3 +231,26 @@ async def test_missing_interpreter_fails_the_execution(tmp_path: Path) -> None:
         status = await run(manager, id="t1", args=["-c", "pass"])
     assert status.state is ExecutionState.FAILED
     assert "failed to start" in status.error_message
+
+
+async def test_timeout_kills_the_whole_process_group(
+    mock_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    mock_clock.rate = 1.0  # real speed until the test jumps past the timeout
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid, 'ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    async with trio.open_nursery() as nursery:
+        manager = ExecutionManager(PythonAdapter(), work_dir=tmp_path, nursery=nursery)
+        manager.execute(ExecuteRequest(id="t1", args=["-c", script], timeout_seconds=30))
+        await wait_for_output(manager, "t1", "ready")
+        child = int(manager.status("t1").stdout.split()[0])
+        mock_clock.jump(30)
+        status = await manager.wait("t1")
+    assert "timeout_seconds=30" in status.error_message
+    with trio.fail_after(2):
+        while _alive(child):
+            await trio.sleep(0.02)

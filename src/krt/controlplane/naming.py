@@ -1,9 +1,9 @@
 """Names of the objects the Runtime controller creates, in one place.
 
 The gateway finds a Runtime's Service by convention (seed 000, Runtime Gateway: "calls the
-Kubernetes Service for that Runtime on its dedicated gRPC port"), and runtimed finds its
-heartbeat Lease by convention (docs/design-notes.md), so both import these helpers instead
-of spelling the names. Pure: no I/O and no imports beyond the standard library and
+Kubernetes Service for that Runtime on its dedicated gRPC port"), so it imports these
+helpers instead of spelling the names. (runtimed's heartbeat Lease name lives with the
+heartbeat in :mod:`krt.kube.heartbeat`.) Pure: no I/O and no imports beyond the standard library and
 :mod:`krt.api`.
 
 Every per-Runtime object (Deployment, Service, ServiceAccount, Role, RoleBinding) is named
@@ -42,8 +42,6 @@ MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "krt-controlplane"
 #: Annotation holding the hash of the desired state an object was last written from.
 DESIRED_HASH_ANNOTATION: Final = f"{GROUP}/desired-hash"
-#: Prefix of runtimed's heartbeat Lease (docs/design-notes.md: ``runtimed-<pod-name>``).
-HEARTBEAT_LEASE_PREFIX: Final = "runtimed-"
 #: Name of the control plane's leader-election Lease.
 LEADER_LEASE_NAME: Final = "krt-controlplane"
 
@@ -95,15 +93,3 @@ def runtime_deployment_name(runtime: str) -> str:
 def runtime_service_account_name(runtime: str) -> str:
     """Name of the ServiceAccount (and Role and RoleBinding) runtimed runs as."""
     return runtime_object_name(runtime)
-
-
-def heartbeat_lease_name(pod_name: str) -> str:
-    """Name of runtimed's heartbeat Lease for a Runtime Pod (``runtimed-<pod-name>``)."""
-    return f"{HEARTBEAT_LEASE_PREFIX}{pod_name}"
-
-
-def pod_name_of_heartbeat_lease(lease_name: str) -> str | None:
-    """The Pod name a heartbeat Lease belongs to, or ``None`` if it is not one."""
-    if not lease_name.startswith(HEARTBEAT_LEASE_PREFIX):
-        return None
-    return lease_name[len(HEARTBEAT_LEASE_PREFIX) :] or None

@@ -3,20 +3,20 @@
 Pure: the informer adapters pass Pod, Lease and EndpointSlice dicts in; the scheduler and
 the reaper decide on :class:`PodState`. A Pod is *schedulable* (issue 5, Scheduler) when it
 is Ready (its readiness gate ``kruntimes.io/RuntimedReady`` included), not deleting, and its
-runtimed heartbeat Lease is fresh (docs/design-notes.md: ``renewTime +
-leaseDurationSeconds`` in the future and ``holderIdentity`` equal to the Pod's UID).
+runtimed heartbeat Lease is fresh (:func:`krt.kube.heartbeat.heartbeat_fresh`,
+docs/design-notes.md: ``renewTime + leaseDurationSeconds`` in the future and
+``holderIdentity`` equal to the Pod's current UID).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from krt.api.constants import RUNTIME_LABEL
-from krt.api.errors import InvalidObjectError
-from krt.api.times import parse_time
+from krt.kube.heartbeat import heartbeat_fresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,37 +55,6 @@ def pod_is_ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def heartbeat_fresh(lease: Mapping[str, Any] | None, pod_uid: str, now: datetime) -> bool:
-    """True when runtimed's heartbeat Lease proves the Pod with ``pod_uid`` alive at ``now``.
-
-    docs/design-notes.md: fresh when ``spec.holderIdentity == pod_uid`` and
-    ``spec.renewTime + spec.leaseDurationSeconds`` is after ``now``.
-
-    Args:
-        lease: the ``coordination.k8s.io/v1`` Lease dict, or ``None`` when there is none.
-        pod_uid: the Pod's current UID (a Lease left by a replaced Pod of the same name does
-            not count).
-        now: the current wall-clock time (aware).
-
-    Returns:
-        False for a missing Lease, another holder, or a malformed or expired renewal.
-    """
-    if lease is None or not pod_uid:
-        return False
-    spec = lease.get("spec") or {}
-    if spec.get("holderIdentity") != pod_uid:
-        return False
-    renew = spec.get("renewTime")
-    duration = spec.get("leaseDurationSeconds")
-    if not isinstance(renew, str) or not isinstance(duration, int) or isinstance(duration, bool):
-        return False
-    try:
-        renewed = parse_time(renew, field="spec.renewTime")
-    except InvalidObjectError:
-        return False
-    return renewed + timedelta(seconds=duration) > now
-
-
 def pod_state(pod: Mapping[str, Any], *, lease: Mapping[str, Any] | None, now: datetime) -> PodState:
     """Read a :class:`PodState` from a Pod dict and its heartbeat Lease.
 
@@ -103,7 +72,7 @@ def pod_state(pod: Mapping[str, Any], *, lease: Mapping[str, Any] | None, now: d
         runtime=str((meta.get("labels") or {}).get(RUNTIME_LABEL, "")),
         ready=pod_is_ready(pod),
         deleting=meta.get("deletionTimestamp") is not None,
-        heartbeat_fresh=heartbeat_fresh(lease, uid, now),
+        heartbeat_fresh=lease is not None and heartbeat_fresh(lease, uid, now.timestamp()),
     )
 
 

@@ -74,8 +74,7 @@ def _check_condition(condition: Mapping[str, Any]) -> None:
     status = condition.get("status")
     if status not in CONDITION_STATUSES:
         raise ValueError(
-            f"condition {ctype}: status must be one of {sorted(CONDITION_STATUSES)}, "
-            f"got {status!r}"
+            f"condition {ctype}: status must be one of {sorted(CONDITION_STATUSES)}, got {status!r}"
         )
 
 

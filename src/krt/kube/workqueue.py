@@ -126,9 +126,7 @@ class WorkQueue(Generic[K]):
     def _retry_later(self, key: K) -> None:
         backoff = self._failures.get(key)
         if backoff is None:
-            backoff = self._failures[key] = Backoff(
-                base=self._base_delay, maximum=self._max_delay
-            )
+            backoff = self._failures[key] = Backoff(base=self._base_delay, maximum=self._max_delay)
         self.add_after(key, backoff.next_delay())
 
     async def run(

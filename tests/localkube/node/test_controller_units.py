@@ -298,3 +298,39 @@ def test_hosts_map(tmp_path: Path) -> None:
     assert resolve("WEB.ns.svc", path) == "127.0.200.5"
     assert resolve("nope.ns.svc", path) is None
     assert resolve("web.ns.svc", tmp_path / "missing") is None
+
+
+def test_table_columns_for_workload_kinds() -> None:
+    from localkube.controllers.columns import EXTRA_COLUMNS, extra_cells
+
+    rs_obj = {
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "a"}},
+            "template": {"spec": {"containers": [{"name": "c", "image": "kruntimes/gateway"}]}},
+        },
+        "status": {"replicas": 3, "readyReplicas": 2},
+    }
+    assert extra_cells("apps/replicasets", rs_obj) == [3, 3, 2, "c", "kruntimes/gateway", "app=a"]
+    svc = {
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "127.0.200.5",
+            "selector": {"app": "a"},
+            "ports": [{"port": 80, "protocol": "TCP"}],
+        }
+    }
+    assert extra_cells("/services", svc) == [
+        "ClusterIP",
+        "127.0.200.5",
+        "<none>",
+        "80/TCP",
+        "app=a",
+    ]
+    (s,) = desired_slices(SVC, [pod("r", ip="127.0.1.2")]).values()
+    assert extra_cells("discovery.k8s.io/endpointslices", s) == ["IPv4", "7000", "127.0.1.2"]
+    p = pod("r", ip="127.0.1.2")
+    assert extra_cells("/pods", p) == ["127.0.1.2", "localkube", "<none>", "<none>"]
+    for key, columns in EXTRA_COLUMNS.items():
+        sample: dict[str, Any] = {"spec": {}, "status": {}, "metadata": {}}
+        assert len(extra_cells(key, sample)) == len(columns), key

@@ -1,0 +1,306 @@
+"""The shared informers of the control plane, and typed, indexed views over them.
+
+One informer per resource type (per watched namespace, or one for all namespaces) feeds every
+loop: the scheduler, the reaper, the GC and the Runtime controller read the same caches and
+register their handlers on them. Runs are parsed once per version (:meth:`Caches.run`), so a
+scheduling cycle does not re-parse every Run it counts.
+
+Indexes (see :data:`RUNS_BY_RUNTIME`, ...) answer the questions the loops ask on every event:
+which Runs belong to a Runtime, which Runs are assigned to a Pod UID, which Pods belong to a
+Runtime, which EndpointSlices belong to a Service.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import trio
+
+from krt.api.constants import RUNTIME_LABEL
+from krt.api.errors import ApiError
+from krt.api.run import Run
+from krt.api.runtime import Runtime
+from krt.kube.client import Kube, Obj
+from krt.kube.heartbeat import heartbeat_lease_name
+from krt.kube.informer import Handler, IndexFunc, Informer
+from krt.kube.resources import (
+    DEPLOYMENTS,
+    ENDPOINTSLICES,
+    LEASES,
+    PODS,
+    ROLEBINDINGS,
+    ROLES,
+    RUNS,
+    RUNTIMES,
+    SERVICEACCOUNTS,
+    SERVICES,
+    ResourceRef,
+)
+from krt.controlplane.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, runtime_service_name
+from krt.controlplane.podstate import PodState, pod_state, ready_endpoint_pod_uids
+
+log = logging.getLogger(__name__)
+
+RUNS_BY_RUNTIME = "runtime"
+"""Run index: ``namespace/spec.runtime``."""
+RUNS_BY_POD_UID = "pod-uid"
+"""Run index: ``status.assignedPodUID``."""
+PODS_BY_RUNTIME = "runtime"
+"""Pod index: ``namespace/<kruntimes.io/runtime label>``."""
+SLICES_BY_SERVICE = "service"
+"""EndpointSlice index: ``namespace/<kubernetes.io/service-name label>``."""
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def runtime_key(namespace: str, runtime: str) -> str:
+    """``namespace/runtime``: the key of a Runtime and of its Runs and Pods in the indexes."""
+    return f"{namespace}/{runtime}"
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _run_runtime(obj: Obj) -> Iterable[str]:
+    runtime = (obj.get("spec") or {}).get("runtime")
+    return [runtime_key(str(_meta(obj).get("namespace", "")), str(runtime))] if runtime else []
+
+
+def _run_pod_uid(obj: Obj) -> Iterable[str]:
+    uid = (obj.get("status") or {}).get("assignedPodUID")
+    return [str(uid)] if uid else []
+
+
+def _pod_runtime(obj: Obj) -> Iterable[str]:
+    runtime = (_meta(obj).get("labels") or {}).get(RUNTIME_LABEL)
+    return [runtime_key(str(_meta(obj).get("namespace", "")), str(runtime))] if runtime else []
+
+
+def _slice_service(obj: Obj) -> Iterable[str]:
+    service = (_meta(obj).get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return [runtime_key(str(_meta(obj).get("namespace", "")), str(service))] if service else []
+
+
+class InformerSet:
+    """The informers of one resource type, one per watched namespace (or one for all).
+
+    Reads dispatch by namespace; handlers and indexes apply to every member.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        ref: ResourceRef,
+        namespaces: Sequence[str] | None,
+        *,
+        label_selector: str = "",
+        resync_seconds: float | None = None,
+    ) -> None:
+        """Create the informers (not started; see :meth:`run`).
+
+        Args:
+            kube: the client.
+            ref: the resource type.
+            namespaces: the namespaces to watch, or ``None`` for all.
+            label_selector: server-side filter.
+            resync_seconds: periodic RESYNC re-delivery, seconds, or ``None``.
+        """
+        self.ref = ref
+        spaces: list[str | None] = list(namespaces) if namespaces else [None]
+        self._by_namespace: dict[str | None, Informer] = {
+            ns: Informer(
+                kube,
+                ref,
+                namespace=ns,
+                label_selector=label_selector,
+                resync_seconds=resync_seconds,
+            )
+            for ns in spaces
+        }
+
+    @property
+    def informers(self) -> list[Informer]:
+        """The member informers."""
+        return list(self._by_namespace.values())
+
+    def _for(self, namespace: str) -> Informer | None:
+        return self._by_namespace.get(namespace) or self._by_namespace.get(None)
+
+    def add_handler(self, handler: Handler) -> None:
+        """Register ``handler`` on every member."""
+        for informer in self._by_namespace.values():
+            informer.add_handler(handler)
+
+    def add_index(self, name: str, fn: IndexFunc) -> None:
+        """Add index ``name`` to every member."""
+        for informer in self._by_namespace.values():
+            informer.add_index(name, fn)
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        """The cached object, or ``None``."""
+        informer = self._for(namespace)
+        return informer.get(namespace, name) if informer is not None else None
+
+    def items(self) -> list[Obj]:
+        """Every cached object of every member."""
+        return [obj for informer in self._by_namespace.values() for obj in informer.items()]
+
+    def by_index(self, name: str, value: str) -> list[Obj]:
+        """Cached objects under ``value`` in index ``name`` (union over the members)."""
+        return [
+            obj
+            for informer in self._by_namespace.values()
+            for obj in informer.by_index(name, value)
+        ]
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run every member; ``started()`` once all have synced. Never returns unless cancelled."""
+        async with trio.open_nursery() as nursery:
+            for informer in self._by_namespace.values():
+                await nursery.start(informer.run)
+            task_status.started()
+
+
+class Caches:
+    """All shared informers of the control plane, plus parsed and derived views.
+
+    Args:
+        kube: the client.
+        namespaces: namespaces to watch, or ``None`` for all.
+        now: the wall clock (heartbeat freshness is judged at read time).
+        resync_seconds: periodic re-delivery of Runs and Runtimes (the fallback retry of
+            every loop), seconds.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespaces: Sequence[str] | None,
+        *,
+        now: Callable[[], datetime],
+        resync_seconds: float | None = 30.0,
+    ) -> None:
+        self.now = now
+        managed = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+        self.runs = InformerSet(kube, RUNS, namespaces, resync_seconds=resync_seconds)
+        self.runtimes = InformerSet(kube, RUNTIMES, namespaces, resync_seconds=resync_seconds)
+        self.pods = InformerSet(kube, PODS, namespaces, label_selector=RUNTIME_LABEL)
+        self.leases = InformerSet(kube, LEASES, namespaces)
+        self.slices = InformerSet(kube, ENDPOINTSLICES, namespaces)
+        self.deployments = InformerSet(kube, DEPLOYMENTS, namespaces, label_selector=managed)
+        self.services = InformerSet(kube, SERVICES, namespaces, label_selector=managed)
+        self.service_accounts = InformerSet(
+            kube, SERVICEACCOUNTS, namespaces, label_selector=managed
+        )
+        self.roles = InformerSet(kube, ROLES, namespaces, label_selector=managed)
+        self.role_bindings = InformerSet(kube, ROLEBINDINGS, namespaces, label_selector=managed)
+        self.runs.add_index(RUNS_BY_RUNTIME, _run_runtime)
+        self.runs.add_index(RUNS_BY_POD_UID, _run_pod_uid)
+        self.pods.add_index(PODS_BY_RUNTIME, _pod_runtime)
+        self.slices.add_index(SLICES_BY_SERVICE, _slice_service)
+        self._parsed: dict[tuple[str, str], Run] = {}
+
+    @property
+    def all_sets(self) -> list[InformerSet]:
+        """Every informer set, in start order (Runs last: their handlers read the others)."""
+        return [
+            self.runtimes,
+            self.pods,
+            self.leases,
+            self.slices,
+            self.deployments,
+            self.services,
+            self.service_accounts,
+            self.roles,
+            self.role_bindings,
+            self.runs,
+        ]
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run every informer; ``started()`` once all have synced. Never returns unless cancelled."""
+        async with trio.open_nursery() as nursery:
+            for informer_set in self.all_sets:
+                await nursery.start(informer_set.run)
+            task_status.started()
+
+    # -- typed reads -----------------------------------------------------------------------
+
+    def parse_run(self, obj: Obj) -> Run | None:
+        """Parse a Run dict, reusing the parse of the same version; ``None`` if malformed."""
+        meta = _meta(obj)
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        cached = self._parsed.get(key)
+        if (
+            cached is not None
+            and cached.metadata.resource_version == meta.get("resourceVersion")
+            and cached.metadata.uid == meta.get("uid")
+        ):
+            return cached
+        try:
+            run = Run.from_dict(obj)
+        except ApiError as exc:
+            log.warning("ignoring malformed Run %s/%s: %s", key[0], key[1], exc)
+            return None
+        self._parsed[key] = run
+        return run
+
+    def forget_run(self, namespace: str, name: str) -> None:
+        """Drop a deleted Run's parse."""
+        self._parsed.pop((namespace, name), None)
+
+    def get_run(self, namespace: str, name: str) -> Run | None:
+        """The cached Run, parsed, or ``None``."""
+        obj = self.runs.get(namespace, name)
+        return self.parse_run(obj) if obj is not None else None
+
+    def runs_of_runtime(self, namespace: str, runtime: str) -> list[Run]:
+        """The cached Runs (parsed) naming ``runtime`` in ``namespace``."""
+        parsed = (
+            self.parse_run(obj)
+            for obj in self.runs.by_index(RUNS_BY_RUNTIME, runtime_key(namespace, runtime))
+        )
+        return [run for run in parsed if run is not None]
+
+    def runs_on_pod(self, pod_uid: str) -> list[Run]:
+        """The cached Runs (parsed) whose ``assignedPodUID`` is ``pod_uid``."""
+        parsed = (self.parse_run(obj) for obj in self.runs.by_index(RUNS_BY_POD_UID, pod_uid))
+        return [run for run in parsed if run is not None]
+
+    def get_runtime(self, namespace: str, name: str) -> Runtime | None:
+        """The cached Runtime, parsed, or ``None`` (also when malformed)."""
+        obj = self.runtimes.get(namespace, name)
+        if obj is None:
+            return None
+        try:
+            return Runtime.from_dict(obj)
+        except ApiError as exc:
+            log.warning("ignoring malformed Runtime %s/%s: %s", namespace, name, exc)
+            return None
+
+    def lease_of_pod(self, namespace: str, pod_name: str) -> Obj | None:
+        """runtimed's heartbeat Lease of a Pod, or ``None``."""
+        return self.leases.get(namespace, heartbeat_lease_name(pod_name))
+
+    def pod_state(self, obj: Obj) -> PodState:
+        """A cached Pod as :class:`PodState`, heartbeat judged now."""
+        meta = _meta(obj)
+        lease = self.lease_of_pod(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        return pod_state(obj, lease=lease, now=self.now())
+
+    def pods_of_runtime(self, namespace: str, runtime: str) -> list[PodState]:
+        """The Runtime's Pods as :class:`PodState` (heartbeats judged now)."""
+        return [
+            self.pod_state(obj)
+            for obj in self.pods.by_index(PODS_BY_RUNTIME, runtime_key(namespace, runtime))
+        ]
+
+    def endpoint_pod_uids(self, namespace: str, runtime: str) -> frozenset[str]:
+        """UIDs of the Pods the Runtime's Service routes to (ready, not terminating)."""
+        slices = self.slices.by_index(
+            SLICES_BY_SERVICE, runtime_key(namespace, runtime_service_name(runtime))
+        )
+        return ready_endpoint_pod_uids(slices)

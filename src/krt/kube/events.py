@@ -1,0 +1,219 @@
+"""Kubernetes Events off the hot path: a bounded queue, one writer task, repeat aggregation.
+
+``recorder.event(obj, "Warning", "ExecutionStartFailed", "...")`` is synchronous and never
+waits: it puts a small record on a bounded memory channel. When the channel is full the
+record is dropped and counted (:attr:`EventRecorder.dropped`): an Event is a diagnostic, and
+a burst of them must never slow a reconcile or an invoke (seed 003: the asynchronous start
+worker "emits an Event"; it must not block on the API to do so).
+
+The writer task (:meth:`EventRecorder.run`) creates core/v1 Events. A repeat of the same
+(object uid, type, reason, message) within the cache bumps the existing Event's ``count``
+and ``lastTimestamp`` with a merge patch instead of creating another object, as kubectl's
+and client-go's recorders do. Write failures are logged and counted, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+
+from krt.kube.client import Kube
+from krt.kube.clock import Clock, SystemClock, format_time
+from krt.kube.errors import KubeError, NotFound
+from krt.kube.resources import EVENTS
+
+__all__ = ["EventRecorder"]
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPES: Final = frozenset({"Normal", "Warning"})
+MAX_MESSAGE_CHARS: Final = 1024
+MAX_REASON_CHARS: Final = 128
+#: Remembered (object, reason, message) combinations for aggregation.
+AGGREGATION_CACHE_SIZE: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    involved: dict[str, str]
+    namespace: str
+    type: str
+    reason: str
+    message: str
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        ref = self.involved
+        return (
+            ref.get("uid") or f"{ref.get('kind')}/{ref.get('namespace')}/{ref.get('name')}",
+            self.type,
+            self.reason,
+            self.message,
+        )
+
+
+@dataclass
+class _Written:
+    namespace: str
+    name: str
+    count: int
+
+
+def _involved(obj: Mapping[str, Any]) -> dict[str, str]:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping) or not metadata.get("name"):
+        raise ValueError("event: the involved object needs metadata.name")
+    ref = {
+        "apiVersion": str(obj.get("apiVersion") or ""),
+        "kind": str(obj.get("kind") or ""),
+        "name": str(metadata["name"]),
+    }
+    for field in ("namespace", "uid", "resourceVersion"):
+        if metadata.get(field):
+            ref[field] = str(metadata[field])
+    return ref
+
+
+class EventRecorder:
+    """Records Events for objects without blocking the caller.
+
+    Args:
+        kube: the client.
+        component: ``source.component`` / ``reportingComponent``, e.g. ``runtimed``.
+        instance: ``reportingInstance`` / ``source.host`` (e.g. the Pod name); optional.
+        capacity: records buffered before new ones are dropped (>= 1).
+        clock: wall clock for timestamps.
+
+    Raises:
+        ValueError: empty component or capacity < 1.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        component: str,
+        *,
+        instance: str = "",
+        capacity: int = 256,
+        clock: Clock | None = None,
+    ) -> None:
+        if not component:
+            raise ValueError("component must not be empty")
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self._kube = kube
+        self.component = component
+        self.instance = instance
+        self._clock: Clock = clock or SystemClock()
+        self._send, self._receive = trio.open_memory_channel[_Record](capacity)
+        self._recent: OrderedDict[tuple[str, ...], _Written] = OrderedDict()
+        #: Records dropped because the buffer was full.
+        self.dropped = 0
+        #: Events created, and repeats folded into an existing Event.
+        self.created = 0
+        self.aggregated = 0
+        #: Writes that failed (logged).
+        self.failed = 0
+
+    def event(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> bool:  # noqa: A002
+        """Queue an Event about ``obj``; never blocks.
+
+        Args:
+            obj: the involved object (needs ``metadata.name``; ``kind``, ``apiVersion``,
+                ``namespace`` and ``uid`` are copied when present).
+            type: ``Normal`` or ``Warning``.
+            reason: short UpperCamelCase reason (at most 128 characters).
+            message: human-readable text; cut to 1024 characters.
+
+        Returns:
+            True if queued, False if dropped because the buffer is full.
+
+        Raises:
+            ValueError: unknown type, empty or over-long reason, or ``obj`` without a name.
+        """
+        if type not in EVENT_TYPES:
+            raise ValueError(f"event type must be one of {sorted(EVENT_TYPES)}, got {type!r}")
+        if not reason or len(reason) > MAX_REASON_CHARS:
+            raise ValueError(f"event reason must be 1..{MAX_REASON_CHARS} characters")
+        involved = _involved(obj)
+        record = _Record(
+            involved=involved,
+            namespace=involved.get("namespace") or "default",
+            type=type,
+            reason=reason,
+            message=message[:MAX_MESSAGE_CHARS],
+        )
+        try:
+            self._send.send_nowait(record)
+        except trio.WouldBlock:
+            self.dropped += 1
+            log.debug("event buffer full; dropped %s %s", reason, involved.get("name"))
+            return False
+        return True
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write queued Events until cancelled.
+
+        Args:
+            task_status: ``started()`` at once.
+        """
+        task_status.started()
+        async for record in self._receive:
+            try:
+                await self._write(record)
+            except KubeError as exc:
+                self.failed += 1
+                log.info(
+                    "event %s for %s not written: %s",
+                    record.reason,
+                    record.involved.get("name"),
+                    exc,
+                )
+
+    async def _write(self, record: _Record) -> None:
+        now = format_time(self._clock.now())
+        key = record.key
+        previous = self._recent.get(key)
+        if previous is not None:
+            try:
+                await self._kube.patch(
+                    EVENTS,
+                    previous.name,
+                    previous.namespace,
+                    {"count": previous.count + 1, "lastTimestamp": now},
+                    type="merge",
+                )
+            except NotFound:
+                del self._recent[key]
+            else:
+                previous.count += 1
+                self._recent.move_to_end(key)
+                self.aggregated += 1
+                return
+        name = f"{record.involved['name']}.{secrets.token_hex(8)}"
+        body: dict[str, Any] = {
+            "metadata": {"name": name, "namespace": record.namespace},
+            "involvedObject": record.involved,
+            "type": record.type,
+            "reason": record.reason,
+            "message": record.message,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+        }
+        if self.instance:
+            body["source"]["host"] = self.instance
+        await self._kube.create(EVENTS, body)
+        self.created += 1
+        self._recent[key] = _Written(record.namespace, name, 1)
+        if len(self._recent) > AGGREGATION_CACHE_SIZE:
+            self._recent.popitem(last=False)
