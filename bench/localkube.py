@@ -24,7 +24,6 @@ import os
 import re
 import signal
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,16 @@ def _percentile(values: list[float], q: float) -> float:
 
 async def _start_server(state_dir: Path) -> tuple[trio.Process, str, str, bytes]:
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "localkube.cli", "apiserver", "--state-dir", str(state_dir), "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "localkube.cli",
+            "apiserver",
+            "--state-dir",
+            str(state_dir),
+            "--port",
+            "0",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
@@ -119,7 +127,9 @@ class Bench:
                 self.seq += 1
                 seq = self.seq
                 self.sent[seq] = time.perf_counter()
-                created = await client.request("POST", CMS, {"metadata": {"name": name}, "data": {"seq": str(seq)}})
+                created = await client.request(
+                    "POST", CMS, {"metadata": {"name": name}, "data": {"seq": str(seq)}}
+                )
                 self.writes += 1
                 self.seq += 1
                 seq = self.seq
@@ -147,7 +157,9 @@ class RawClient:
 
     async def __aenter__(self) -> RawClient:
         tcp = await trio.open_tcp_stream(self.host, self.port)
-        self.stream = trio.SSLStream(tcp, self.context, server_hostname=self.host, https_compatible=True)
+        self.stream = trio.SSLStream(
+            tcp, self.context, server_hostname=self.host, https_compatible=True
+        )
         await self.stream.do_handshake()
         return self
 
@@ -159,9 +171,14 @@ class RawClient:
         assert self.stream is not None
         data = json.dumps(body, separators=(",", ":")).encode()
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n"
-        ).encode() + b"Authorization: Bearer " + self.token + b"\r\n\r\n"
+            (
+                f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n"
+            ).encode()
+            + b"Authorization: Bearer "
+            + self.token
+            + b"\r\n\r\n"
+        )
         await self.stream.send_all(head + data)
         connection = h11.Connection(h11.CLIENT)
         connection.send(h11.Request(method=method, target=path, headers=[("Host", self.host)]))
@@ -244,12 +261,18 @@ def main() -> None:
     if args.json:
         print(json.dumps(result))
         return
-    print(f"writes: {result['writes']} in {result['seconds']} s = {result['writes_per_second']} writes/s "
-          f"({result['writers']} writers, {result['watchers']} watchers, SQLite)")
-    print(f"watch delay (write sent -> event received, {result['watch_events']} events): "
-          f"p50 {result['watch_delay_p50_ms']} ms, p99 {result['watch_delay_p99_ms']} ms")
-    print(f"CPU per write: server {result['server_cpu_ms_per_write']} ms, "
-          f"benchmark client {result['client_cpu_ms_per_write']} ms ({result['cpu_count']} cores shared)")
+    print(
+        f"writes: {result['writes']} in {result['seconds']} s = {result['writes_per_second']} writes/s "
+        f"({result['writers']} writers, {result['watchers']} watchers, SQLite)"
+    )
+    print(
+        f"watch delay (write sent -> event received, {result['watch_events']} events): "
+        f"p50 {result['watch_delay_p50_ms']} ms, p99 {result['watch_delay_p99_ms']} ms"
+    )
+    print(
+        f"CPU per write: server {result['server_cpu_ms_per_write']} ms, "
+        f"benchmark client {result['client_cpu_ms_per_write']} ms ({result['cpu_count']} cores shared)"
+    )
     print("targets: >= 1000 writes/s, p50 < 5 ms")
 
 

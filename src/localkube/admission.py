@@ -8,6 +8,7 @@
   it does not support rejects the CRD with 422 naming the construct, rather than serving
   an unvalidated kind. Its ``status`` (conditions Established/NamesAccepted, acceptedNames,
   storedVersions) is set here, and its kinds are served from the moment it is stored.
+* Pods, Deployments and ReplicaSets get the checks of :mod:`localkube.validation`.
 * A custom object is validated, defaulted and pruned by its version's validator (transition
   rules get the old object on update); errors answer 422 with field paths.
 """
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from localkube import objects, storage
 from localkube.errors import ApiError, FieldError, invalid
 from localkube.resources import CRDError, ResourceRegistry, ResourceType
+from localkube.validation import VALIDATORS
 
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 
@@ -188,15 +190,26 @@ class Admission:
     # hooks ---------------------------------------------------------------------
 
     def admit(
-        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+        self,
+        rt: ResourceType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        *,
+        strict: bool = False,
     ) -> dict[str, Any]:
         """Validate (and default/prune) an object about to be created or updated.
+
+        Args:
+            rt: the type. obj: the object. old: the stored object on update.
+            strict: ``fieldValidation=Strict``: a custom object with fields its schema
+                does not declare is rejected instead of pruned.
 
         Returns:
             The object to store (possibly a new dict).
 
         Raises:
-            ApiError: 422 Invalid with field causes.
+            ApiError: 422 Invalid with field causes; 400 BadRequest for unknown fields
+                under ``strict``.
         """
         name = str(obj.get("metadata", {}).get("name", ""))
         if rt.storage_key == "/namespaces":
@@ -237,16 +250,41 @@ class Admission:
             self._crd_status(obj, old)
             return obj
         if rt.crd_name:
-            return self._admit_custom(rt, obj, old)
+            return self._admit_custom(rt, obj, old, strict=strict)
+        validator = VALIDATORS.get(rt.storage_key)
+        if validator is not None:
+            errors = validator(obj, old)
+            if errors:
+                raise invalid(rt.kind, rt.group, name, errors)
         return obj
 
     def _admit_custom(
-        self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+        self,
+        rt: ResourceType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        *,
+        strict: bool = False,
     ) -> dict[str, Any]:
         validator = self._validator(rt)
         if validator is None:
             return obj
         admitted, errors = validator.admit(obj, old)
+        if strict:
+            unknown = sorted(
+                path
+                for key in obj
+                if key not in ("apiVersion", "kind", "metadata")
+                for path in _pruned_paths(obj[key], admitted.get(key), key, key in admitted)
+            )
+            if unknown:
+                detail = ", ".join(f'unknown field "{p}"' for p in unknown)
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                    f"strict decoding error: {detail}",
+                )
         if errors:
             raise invalid(rt.kind, rt.group, str(obj.get("metadata", {}).get("name", "")), errors)
         # the validator may prune metadata fields it does not know: keep ours
@@ -315,3 +353,20 @@ class Admission:
             self.registry.remove_crd(name)
             for key in [k for k in self._validators if k[0] == name]:
                 del self._validators[key]
+
+
+def _pruned_paths(before: Any, after: Any, path: str, present: bool = True) -> list[str]:
+    """Return the dotted paths present in ``before`` that pruning removed from ``after``."""
+    if not present:
+        return [path]
+    if isinstance(before, dict) and isinstance(after, dict):
+        found: list[str] = []
+        for key, value in before.items():
+            found += _pruned_paths(value, after.get(key), f"{path}.{key}", key in after)
+        return found
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        found = []
+        for index, (b, a) in enumerate(zip(before, after, strict=True)):
+            found += _pruned_paths(b, a, f"{path}[{index}]")
+        return found
+    return []

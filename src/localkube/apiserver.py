@@ -114,6 +114,8 @@ def _hypercorn_config(config: ApiServerConfig, pki: ClusterPKI) -> hypercorn.con
     hconfig.accesslog = None
     hconfig.graceful_timeout = 1.0
     hconfig.keep_alive_timeout = 75.0
+    # kube-apiserver does not close busy keep-alive connections after N requests
+    hconfig.keep_alive_max_requests = 1 << 62
     return hconfig
 
 

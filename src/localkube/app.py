@@ -37,6 +37,14 @@ from localkube.auth.types import UserInfo
 from localkube.deletion import DeleteOptions, Deleter
 from localkube.errors import ApiError
 from localkube.resources import ResourceRegistry, ResourceType
+from localkube.routing import (
+    SUBRESOURCE_VERBS,
+    Route,
+    not_found_path,
+    request_verb,
+    resolve,
+    wants_table,
+)
 
 log = logging.getLogger("localkube.app")
 
@@ -69,93 +77,6 @@ class ServerContext:
     clock: Callable[[], datetime]
     server_address: str = ""
     bookmark_interval: float = 60.0
-
-
-@dataclass(frozen=True)
-class Route:
-    """A resource request's target.
-
-    Attributes:
-        rt: the type. namespace: ``""`` for cluster-scoped or all namespaces;
-            ``all_namespaces`` marks a namespaced list across namespaces.
-        name: ``""`` for collections. subresource: e.g. ``status``.
-    """
-
-    rt: ResourceType
-    namespace: str
-    name: str
-    subresource: str
-    all_namespaces: bool = False
-
-
-def _not_found_path() -> ApiError:
-    return ApiError(404, "NotFound", "the server could not find the requested resource", details={})
-
-
-def resolve(registry: ResourceRegistry, path: str) -> Route | tuple[str, str] | None:
-    """Resolve a path to a :class:`Route`, to ``(group, version)`` for a discovery path
-    under ``/api/v1`` or ``/apis/g/v``, or None for anything else.
-
-    Raises:
-        ApiError: 404 for an unknown resource under a known prefix.
-    """
-    segments = [urllib.parse.unquote(s) for s in path.strip("/").split("/")]
-    if segments[0] == "api" and len(segments) >= 2:
-        group, version, rest = "", segments[1], segments[2:]
-    elif segments[0] == "apis" and len(segments) >= 3:
-        group, version, rest = segments[1], segments[2], segments[3:]
-    else:
-        return None
-    if not rest:
-        return (group, version)
-    namespace = ""
-    if (
-        rest[0] == "namespaces"
-        and len(rest) >= 3
-        and not (len(rest) == 3 and group == "" and rest[2] in ("status", "finalize"))
-    ):
-        namespace, rest = rest[1], rest[2:]
-        scoped = True
-    else:
-        scoped = False
-    if len(rest) > 3 or not all(rest):
-        raise _not_found_path()
-    rt = registry.lookup(group, version, rest[0])
-    if rt is None:
-        raise _not_found_path()
-    name = rest[1] if len(rest) > 1 else ""
-    sub = rest[2] if len(rest) > 2 else ""
-    if scoped and not rt.namespaced:
-        raise _not_found_path()
-    if rt.namespaced and not scoped and name:
-        raise _not_found_path()
-    if sub and sub not in rt.subresources:
-        raise _not_found_path()
-    return Route(rt, namespace, name, sub, all_namespaces=rt.namespaced and not scoped)
-
-
-def _verb(method: str, route: Route, query: dict[str, str]) -> str:
-    if method == "GET":
-        if not route.name:
-            return "watch" if query.get("watch") in ("true", "1") else "list"
-        return "get"
-    if method == "POST":
-        return "create"
-    if method == "PUT":
-        return "update"
-    if method == "PATCH":
-        return "patch"
-    if method == "DELETE":
-        return "delete" if route.name else "deletecollection"
-    raise ApiError(
-        405,
-        "MethodNotAllowed",
-        f"the server does not allow this method on the requested resource ({method})",
-    )
-
-
-def _wants_table(accept: str) -> bool:
-    return "as=Table" in accept.replace(" ", "")
 
 
 class ApiApp:
@@ -278,9 +199,10 @@ class ApiApp:
                 )
             await self._respond(send, 200, self._non_resource(path, route))
             return
-        verb = _verb(method, route, query)
+        verb = request_verb(method, route, query)
         rt = route.rt
-        if verb not in rt.verbs and not route.subresource:
+        allowed = SUBRESOURCE_VERBS[route.subresource] if route.subresource else rt.verbs
+        if verb not in allowed:
             raise ApiError(
                 405,
                 "MethodNotAllowed",
@@ -300,6 +222,7 @@ class ApiApp:
             ),
         )
         dry_run = bool(query.get("dryRun"))
+        field_validation = query.get("fieldValidation", "")
         if verb == "watch":
             await self._watch(route, query, headers, receive, send)
             return
@@ -309,7 +232,7 @@ class ApiApp:
         raw = await self._read_body(scope, receive)
         if verb == "patch":
             content_type = headers.get("content-type", "")
-            result = self._patch(route, content_type, raw, dry_run)
+            result = self._patch(route, content_type, raw, dry_run, field_validation)
             await self._respond(send, 200, result)
             return
         content_type = headers.get("content-type", "application/json").split(";")[0].strip().lower()
@@ -324,9 +247,9 @@ class ApiApp:
         else:
             body = _decode(raw) if raw else None
         if verb == "create":
-            code, result = self._create(route, body, user, dry_run)
+            code, result = self._create(route, body, user, dry_run, field_validation)
         elif verb == "update":
-            code, result = self._update(route, body, dry_run)
+            code, result = self._update(route, body, dry_run, field_validation)
         elif verb == "delete":
             code, result = self._delete(route, query, body)
         else:
@@ -351,7 +274,7 @@ class ApiApp:
             document = documents.get(clean.removeprefix("/openapi/v3/"))
             if document is not None:
                 return document
-            raise _not_found_path()
+            raise not_found_path()
         if target is not None:
             found = discovery.resource_list(ctx.registry, *target)
             if found is not None:
@@ -361,7 +284,7 @@ class ApiApp:
             group = discovery.group(ctx.registry, segments[1])
             if group is not None:
                 return group
-        raise _not_found_path()
+        raise not_found_path()
 
     def _crd_schemas(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         schemas: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -395,7 +318,7 @@ class ApiApp:
             else:
                 await self._respond(send, 200, answer.body, content_type=answer.content_type)
             return
-        table = _wants_table(headers.get("accept", ""))
+        table = wants_table(headers.get("accept", ""))
         include = query.get("includeObject", "Metadata")
         if verb == "get":
             obj = ctx.handlers.get(rt, self._namespace_of(route), route.name)
@@ -463,7 +386,7 @@ class ApiApp:
             bookmarks=query.get("allowWatchBookmarks") in ("true", "1"),
             send_initial_events=query.get("sendInitialEvents") in ("true", "1"),
             timeout=max(timeout, 0.0),
-            table=_wants_table(headers.get("accept", "")),
+            table=wants_table(headers.get("accept", "")),
             include_object=query.get("includeObject", "Metadata"),
         )
         await send(
@@ -497,7 +420,9 @@ class ApiApp:
             nursery.cancel_scope.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    def _create(self, route: Route, body: Any, user: UserInfo, dry_run: bool) -> tuple[int, Any]:
+    def _create(
+        self, route: Route, body: Any, user: UserInfo, dry_run: bool, field_validation: str
+    ) -> tuple[int, Any]:
         ctx = self.ctx
         rt = route.rt
         if route.subresource:
@@ -505,8 +430,14 @@ class ApiApp:
         if not rt.stored:
             return 201, self._review(rt, route, body, user)
         if route.all_namespaces and rt.namespaced:
-            raise _not_found_path()
-        return 201, ctx.handlers.create(rt, self._namespace_of(route), body, dry_run=dry_run)
+            raise not_found_path()
+        return 201, ctx.handlers.create(
+            rt,
+            self._namespace_of(route),
+            body,
+            dry_run=dry_run,
+            field_validation=field_validation,
+        )
 
     def _review(self, rt: ResourceType, route: Route, body: Any, user: UserInfo) -> Any:
         access = self.ctx.access
@@ -527,9 +458,11 @@ class ApiApp:
             return reviews.self_subject_rules_review(body, caller=user, rules_for=access.rules_for)
         if kind == "selfsubjectreviews":
             return reviews.self_subject_review(body, caller=user)
-        raise _not_found_path()
+        raise not_found_path()
 
-    def _update(self, route: Route, body: Any, dry_run: bool) -> tuple[int, Any]:
+    def _update(
+        self, route: Route, body: Any, dry_run: bool, field_validation: str
+    ) -> tuple[int, Any]:
         ctx = self.ctx
         if route.subresource == "scale":
             return 200, ctx.subresources.update_scale(route, body)
@@ -542,9 +475,12 @@ class ApiApp:
             body,
             subresource=route.subresource,
             dry_run=dry_run,
+            field_validation=field_validation,
         )
 
-    def _patch(self, route: Route, content_type: str, raw: bytes, dry_run: bool) -> Any:
+    def _patch(
+        self, route: Route, content_type: str, raw: bytes, dry_run: bool, field_validation: str
+    ) -> Any:
         ctx = self.ctx
         if route.subresource == "scale":
             return ctx.subresources.patch_scale(route, content_type, raw)
@@ -556,6 +492,7 @@ class ApiApp:
             raw,
             subresource=route.subresource,
             dry_run=dry_run,
+            field_validation=field_validation,
         )
 
     def _delete(self, route: Route, query: dict[str, str], body: Any) -> tuple[int, Any]:

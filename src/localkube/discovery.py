@@ -112,6 +112,16 @@ def _resource_entries(rt: ResourceType) -> list[dict[str, Any]]:
                     "verbs": ["get"],
                 }
             )
+        elif sub == "binding":
+            entries.append(
+                {
+                    "name": f"{rt.plural}/binding",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": "Binding",
+                    "verbs": ["create"],
+                }
+            )
         elif sub == "token":
             entries.append(
                 {

@@ -27,7 +27,6 @@ import trio
 
 from localkube import objects, storage
 from localkube.deletion import FOREGROUND, ORPHAN, DeleteOptions, Deleter
-from localkube.errors import ApiError
 from localkube.resources import ResourceRegistry, ResourceType
 
 log = logging.getLogger("localkube.gc")
@@ -59,24 +58,38 @@ class GarbageCollector:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Index every object, collect what is already orphaned, then follow events.
 
-        Never returns unless cancelled.
+        If the collector falls too far behind the store's events (its subscription is
+        closed), it re-indexes and goes on. Never returns unless cancelled.
         """
-        with self.store.subscribe(None) as (_, channel):
-            for rkey in {rt.storage_key for rt in self.registry.all() if rt.stored}:
-                for obj in self.store.list(rkey):
-                    self._index(
-                        (rkey, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]), obj
-                    )
-            for key in list(self._owners_of):
-                current = self.store.get(*key)
-                if current is not None:
-                    self._check(key, current)
-            task_status.started()
-            async for event in channel:
+        started = False
+        while True:
+            with self.store.subscribe(None) as (_, channel):
+                self._resync()
+                if not started:
+                    task_status.started()
+                    started = True
+                async for event in channel:
+                    try:
+                        self.handle(event)
+                    except Exception:
+                        log.exception("garbage collection after %s %s", event.type, event.key)
+            log.warning("garbage collector fell behind the store; re-indexing")
+
+    def _resync(self) -> None:
+        self.uids.clear()
+        self.dependents.clear()
+        self._owners_of.clear()
+        for rkey in {rt.storage_key for rt in self.registry.all() if rt.stored}:
+            for obj in self.store.list(rkey):
+                meta = obj["metadata"]
+                self._index((rkey, meta.get("namespace", ""), meta["name"]), obj)
+        for key in list(self._owners_of):
+            current = self.store.get(*key)
+            if current is not None:
                 try:
-                    self.handle(event)
-                except (ApiError, storage.StoreError) as exc:
-                    log.warning("garbage collection of %s: %s", event.key, exc)
+                    self._check(key, current)
+                except Exception:
+                    log.exception("garbage collection of %s", key)
 
     def _index(self, key: storage.ObjectKey, obj: dict[str, Any] | None) -> None:
         for uid in self._owners_of.pop(key, []):

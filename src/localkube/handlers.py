@@ -225,13 +225,21 @@ class Handlers:
         return for_version(rt, self.require(rt, namespace, name))
 
     def create(
-        self, rt: ResourceType, namespace: str, body: Any, *, dry_run: bool = False
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        field_validation: str = "",
     ) -> dict[str, Any]:
         """POST a new object.
 
         Args:
             rt: the type. namespace: URL namespace (``""`` for cluster-scoped).
-            body: the decoded JSON body. dry_run: validate only (``dryRun=All``).
+            body: the decoded JSON body; consumed (it becomes part of the stored object).
+            dry_run: validate only (``dryRun=All``).
+            field_validation: ``Strict`` rejects undeclared fields of custom objects.
 
         Returns:
             The stored object.
@@ -240,14 +248,15 @@ class Handlers:
             ApiError: 400 (body/URL mismatch), 404/403 (namespace missing or terminating),
                 409 AlreadyExists, 422 Invalid.
         """
-        obj = objects.check_body_identity(rt, copy.deepcopy(body), namespace=namespace, name=None)
+        named = isinstance(body, dict) and bool((body.get("metadata") or {}).get("name"))
+        obj = objects.check_body_identity(rt, body, namespace=namespace, name=None)
         if rt.namespaced:
             self.admission.check_namespace_open(namespace)
         objects.prepare_create(rt, obj, now=self.clock())
-        obj = self.admission.admit(rt, obj, None)
+        obj = self.admission.admit(rt, obj, None, strict=field_validation == "Strict")
         key = self._key(rt, namespace, obj["metadata"]["name"])
         if self.store.get(*key) is not None:
-            if body.get("metadata", {}).get("name") is None:
+            if not named:
                 # generateName collided: retry with a fresh suffix, as kube-apiserver does.
                 for _ in range(8):
                     obj["metadata"]["name"] = objects.generated_name(
@@ -355,6 +364,7 @@ class Handlers:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> dict[str, Any]:
         """PUT an object (or its ``status`` subresource).
 
@@ -365,12 +375,20 @@ class Handlers:
         Raises:
             ApiError: 400, 404, 409 Conflict, 422 Invalid.
         """
-        obj = objects.check_body_identity(rt, copy.deepcopy(body), namespace=namespace, name=name)
+        obj = objects.check_body_identity(rt, body, namespace=namespace, name=name)
         old = self.require(rt, namespace, name)
         expected = parse_revision(
             obj["metadata"].get("resourceVersion"), field="metadata.resourceVersion"
         )
-        return self._write(rt, old, obj, expected, subresource=subresource, dry_run=dry_run)
+        return self._write(
+            rt,
+            old,
+            obj,
+            expected,
+            subresource=subresource,
+            dry_run=dry_run,
+            strict=field_validation == "Strict",
+        )
 
     def _write(
         self,
@@ -381,13 +399,14 @@ class Handlers:
         *,
         subresource: str,
         dry_run: bool,
+        strict: bool = False,
     ) -> dict[str, Any]:
         name = old["metadata"]["name"]
         if expected is not None and str(expected) != old["metadata"]["resourceVersion"]:
             raise conflict(rt, name)
         new = objects.prepare_update(rt, old, obj, subresource=subresource)
         if subresource != "status":
-            new = self.admission.admit(rt, new, old)
+            new = self.admission.admit(rt, new, old, strict=strict)
         else:
             new = self.admission.admit_status(rt, new, old)
         key = self._key(rt, old["metadata"].get("namespace", ""), name)
@@ -413,6 +432,7 @@ class Handlers:
         *,
         subresource: str = "",
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> dict[str, Any]:
         """PATCH an object (or its ``status`` subresource).
 
@@ -462,7 +482,15 @@ class Handlers:
         patched_rv = obj["metadata"].get("resourceVersion")
         if patched_rv != old["metadata"]["resourceVersion"]:
             expected = parse_revision(patched_rv, field="metadata.resourceVersion")
-        return self._write(rt, old, obj, expected, subresource=subresource, dry_run=dry_run)
+        return self._write(
+            rt,
+            old,
+            obj,
+            expected,
+            subresource=subresource,
+            dry_run=dry_run,
+            strict=field_validation == "Strict",
+        )
 
     def delete_options(self, query: dict[str, str], body: Any) -> DeleteOptions:
         """Parse DeleteOptions from the query and an optional JSON body.

@@ -60,24 +60,35 @@ class NamespaceLifecycle:
         self.clock = clock
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Reconcile every namespace, then follow store events. Never returns unless cancelled."""
-        with self.store.subscribe(None) as (_, channel):
-            for ns in self.store.list(NS_KEY):
-                self._safe(ns["metadata"]["name"])
-            task_status.started()
-            async for event in channel:
-                rkey, namespace, name = event.key
-                if rkey == NS_KEY:
-                    if event.type != "DELETED":
-                        self._safe(name)
-                elif namespace and (event.type == "DELETED" or rkey in (SA_KEY, CM_KEY)):
-                    self._safe(namespace)
+        """Reconcile every namespace, then follow store events.
+
+        Re-reconciles everything if it falls too far behind the store's events. Never
+        returns unless cancelled.
+        """
+        started = False
+        while True:
+            with self.store.subscribe(None) as (_, channel):
+                for ns in self.store.list(NS_KEY):
+                    self._safe(ns["metadata"]["name"])
+                if not started:
+                    task_status.started()
+                    started = True
+                async for event in channel:
+                    rkey, namespace, name = event.key
+                    if rkey == NS_KEY:
+                        if event.type != "DELETED":
+                            self._safe(name)
+                    elif namespace and (event.type == "DELETED" or rkey in (SA_KEY, CM_KEY)):
+                        self._safe(namespace)
+            log.warning("namespace controller fell behind the store; reconciling everything")
 
     def _safe(self, namespace: str) -> None:
         try:
             self.reconcile(namespace)
         except (ApiError, storage.StoreError) as exc:
             log.warning("namespace %s: %s", namespace, exc)
+        except Exception:
+            log.exception("namespace %s", namespace)
 
     def reconcile(self, namespace: str) -> None:
         """Bring one namespace to its desired state (synchronous)."""

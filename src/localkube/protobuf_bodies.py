@@ -1,12 +1,14 @@
 """Decoding the Kubernetes protobuf request bodies kubectl sends, into the JSON form.
 
 kubectl 1.32's typed clients (``auth can-i``, ``auth whoami``, ``create token``,
-``create namespace|configmap|secret|serviceaccount|role|rolebinding|clusterrole|clusterrolebinding``) send
+``create namespace|configmap|secret|serviceaccount|role|rolebinding|clusterrole|
+clusterrolebinding|deployment|service``) send
 ``Content-Type: application/vnd.kubernetes.protobuf`` and do not fall back to JSON on 415,
 while accepting JSON answers. localkube therefore decodes those request bodies, and only
 those: the envelope (``k8s\\x00`` + ``runtime.Unknown``) and the messages in
 :data:`SCHEMAS`, with field numbers from the upstream ``generated.proto`` files. Any other
-kind answers 415. Responses are always JSON.
+kind answers 415. Responses are always JSON. For Deployments, Services and Pods only the
+fields those kubectl commands set are decoded (:data:`SCHEMAS`); other fields are dropped.
 
 The wire format is decoded here rather than through generated classes because the
 upstream ``.proto`` files are proto2 with gogo extensions and are not shipped in any Python
@@ -26,7 +28,8 @@ MAGIC = b"k8s\x00"
 
 Field = tuple[str, str, bool]
 """``(json name, type, repeated)``; type is ``string``, ``bytes``, ``bool``, ``int``,
-``time``, ``msg:<Name>``, ``map:string``, ``map:bytes`` or ``map:msg:<Name>``."""
+``time``, ``intorstr``, ``msg:<Name>``, ``map:string``, ``map:bytes``, ``map:quantity`` or
+``map:msg:<Name>``."""
 
 _META = "msg:ObjectMeta"
 SCHEMAS: dict[str, dict[int, Field]] = {
@@ -181,6 +184,89 @@ SCHEMAS: dict[str, dict[int, Field]] = {
         2: ("operator", "string", False),
         3: ("values", "string", True),
     },
+    "IntOrString": {
+        1: ("type", "int", False),
+        2: ("intVal", "int", False),
+        3: ("strVal", "string", False),
+    },
+    "Quantity": {1: ("string", "string", False)},
+    "Service": {1: ("metadata", _META, False), 2: ("spec", "msg:ServiceSpec", False)},
+    "ServiceSpec": {
+        1: ("ports", "msg:ServicePort", True),
+        2: ("selector", "map:string", False),
+        3: ("clusterIP", "string", False),
+        4: ("type", "string", False),
+        5: ("externalIPs", "string", True),
+        7: ("sessionAffinity", "string", False),
+        10: ("externalName", "string", False),
+        13: ("publishNotReadyAddresses", "bool", False),
+        18: ("clusterIPs", "string", True),
+    },
+    "ServicePort": {
+        1: ("name", "string", False),
+        2: ("protocol", "string", False),
+        3: ("port", "int", False),
+        4: ("targetPort", "intorstr", False),
+        5: ("nodePort", "int", False),
+        6: ("appProtocol", "string", False),
+    },
+    "Deployment": {1: ("metadata", _META, False), 2: ("spec", "msg:DeploymentSpec", False)},
+    "DeploymentSpec": {
+        1: ("replicas", "int", False),
+        2: ("selector", "msg:LabelSelector", False),
+        3: ("template", "msg:PodTemplateSpec", False),
+        4: ("strategy", "msg:DeploymentStrategy", False),
+        5: ("minReadySeconds", "int", False),
+        6: ("revisionHistoryLimit", "int", False),
+        7: ("paused", "bool", False),
+        9: ("progressDeadlineSeconds", "int", False),
+    },
+    "DeploymentStrategy": {1: ("type", "string", False)},
+    "PodTemplateSpec": {1: ("metadata", _META, False), 2: ("spec", "msg:PodSpec", False)},
+    "Pod": {1: ("metadata", _META, False), 2: ("spec", "msg:PodSpec", False)},
+    "PodSpec": {
+        2: ("containers", "msg:Container", True),
+        3: ("restartPolicy", "string", False),
+        4: ("terminationGracePeriodSeconds", "int", False),
+        5: ("activeDeadlineSeconds", "int", False),
+        6: ("dnsPolicy", "string", False),
+        7: ("nodeSelector", "map:string", False),
+        8: ("serviceAccountName", "string", False),
+        10: ("nodeName", "string", False),
+        15: ("imagePullSecrets", "msg:LocalObjectReference", True),
+        16: ("hostname", "string", False),
+        17: ("subdomain", "string", False),
+        19: ("schedulerName", "string", False),
+        20: ("initContainers", "msg:Container", True),
+        21: ("automountServiceAccountToken", "bool", False),
+        24: ("priorityClassName", "string", False),
+        30: ("enableServiceLinks", "bool", False),
+    },
+    "Container": {
+        1: ("name", "string", False),
+        2: ("image", "string", False),
+        3: ("command", "string", True),
+        4: ("args", "string", True),
+        5: ("workingDir", "string", False),
+        6: ("ports", "msg:ContainerPort", True),
+        7: ("env", "msg:EnvVar", True),
+        8: ("resources", "msg:ResourceRequirements", False),
+        13: ("terminationMessagePath", "string", False),
+        14: ("imagePullPolicy", "string", False),
+        20: ("terminationMessagePolicy", "string", False),
+    },
+    "ContainerPort": {
+        1: ("name", "string", False),
+        2: ("hostPort", "int", False),
+        3: ("containerPort", "int", False),
+        4: ("protocol", "string", False),
+        5: ("hostIP", "string", False),
+    },
+    "EnvVar": {1: ("name", "string", False), 2: ("value", "string", False)},
+    "ResourceRequirements": {
+        1: ("limits", "map:quantity", False),
+        2: ("requests", "map:quantity", False),
+    },
     "RoleBinding": {
         1: ("metadata", _META, False),
         2: ("subjects", "msg:Subject", True),
@@ -193,6 +279,26 @@ SCHEMAS: dict[str, dict[int, Field]] = {
     },
 }
 """Decodable messages by name; the top-level kinds are those with a ``metadata`` field."""
+
+
+POINTER_FIELDS: dict[str, frozenset[str]] = {
+    "ObjectMeta": frozenset({"deletionGracePeriodSeconds"}),
+    "OwnerReference": frozenset({"controller", "blockOwnerDeletion"}),
+    "TokenRequestSpec": frozenset({"expirationSeconds"}),
+    "ConfigMap": frozenset({"immutable"}),
+    "Secret": frozenset({"immutable"}),
+    "ServiceAccount": frozenset({"automountServiceAccountToken"}),
+    "DeploymentSpec": frozenset({"replicas", "revisionHistoryLimit", "progressDeadlineSeconds"}),
+    "PodSpec": frozenset(
+        {
+            "terminationGracePeriodSeconds",
+            "activeDeadlineSeconds",
+            "automountServiceAccountToken",
+            "enableServiceLinks",
+        }
+    ),
+}
+"""Fields that are pointers in the Go types: a zero or false value there was set on purpose."""
 
 
 class _Reader:
@@ -240,6 +346,13 @@ def _scalar(kind: str, wire: int, value: int | bytes) -> Any:
         if seconds == 0:
             return None
         return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if kind == "intorstr":
+        parts = decode_message("IntOrString", value if isinstance(value, bytes) else b"")
+        return parts.get("strVal", "") if parts.get("type") == 1 else int(parts.get("intVal", 0))
+    if kind == "quantity":
+        return decode_message("Quantity", value if isinstance(value, bytes) else b"").get(
+            "string", ""
+        )
     if kind.startswith("msg:"):
         return decode_message(kind[4:], value if isinstance(value, bytes) else b"")
     raise ValueError(f"unknown field type {kind}")
@@ -279,16 +392,21 @@ def decode_message(name: str, data: bytes) -> dict[str, Any]:
             result.setdefault(key, []).append(_scalar(kind, wire, value))
         else:
             decoded = _scalar(kind, wire, value)
-            # gogo-protobuf writes every non-pointer field; JSON omits empty ones
-            if decoded != "" and decoded is not None:
-                result[key] = decoded
+            # gogo-protobuf writes every non-pointer field, JSON omits empty ones; a zero
+            # number or false is kept only for pointer fields, where it was set on purpose
+            if decoded == "" or decoded is None:
+                continue
+            if decoded is False or (type(decoded) is int and decoded == 0):
+                if key not in POINTER_FIELDS.get(name, ()):
+                    continue
+            result[key] = decoded
     return result
 
 
 def _map_entry(kind: str, data: bytes) -> dict[str, Any]:
     reader = _Reader(data)
     key = ""
-    value: Any = "" if kind in ("string", "bytes") else {}
+    value: Any = "" if kind in ("string", "bytes", "quantity") else {}
     while reader.pos < len(data):
         tag = reader.varint()
         if tag & 7 != 2:

@@ -56,7 +56,8 @@ class ResourceType:
         namespaced: whether objects live in namespaces.
         verbs: verbs discovery advertises and the server accepts.
         short_names, categories: discovery aliases (``po``, ``all``).
-        subresources: served subresources: ``status``, ``log``, ``token``, ``scale``.
+        subresources: served subresources: ``status``, ``log``, ``token``, ``scale``,
+            ``binding``.
         field_selectors: field paths accepted by ``fieldSelector`` beyond the metadata ones.
         printer_columns: extra Table columns after NAME (CRDs); AGE is always appended.
         strategic_merge: whether strategic merge patch is accepted (built-ins only).
@@ -141,7 +142,7 @@ _NS_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 BUILTINS: tuple[ResourceType, ...] = (
     _rt("", "v1", "namespaces", "Namespace", namespaced=False, short=("ns",),
         sub=("status",), fields=("status.phase",), verbs=_NS_VERBS),
-    _rt("", "v1", "pods", "Pod", short=("po",), sub=("status", "log"), categories=("all",),
+    _rt("", "v1", "pods", "Pod", short=("po",), sub=("status", "log", "binding"), categories=("all",),
         fields=("spec.nodeName", "status.phase", "spec.restartPolicy", "spec.schedulerName",
                 "spec.serviceAccountName", "status.podIP", "status.nominatedNodeName")),
     _rt("", "v1", "services", "Service", short=("svc",), sub=("status",), categories=("all",),

@@ -5,6 +5,8 @@
   400 like a kubelet whose container is not running.
 * ``serviceaccounts/{name}/token`` (TokenRequest) delegates to
   :func:`localkube.auth.token_request.token_request` with the stored ServiceAccount.
+* ``pods/{name}/binding`` sets ``spec.nodeName`` once (the scheduler's step), bypassing
+  the Pod spec's immutability as kube-apiserver does.
 * ``deployments|replicasets/{name}/scale`` reads and writes ``spec.replicas`` through an
   ``autoscaling/v1 Scale``.
 """
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from localkube import patching
+from localkube import patching, storage
 from localkube.auth.token_request import token_request
 from localkube.auth.tokens import TokenAuthority
 from localkube.auth.types import UserInfo
@@ -29,7 +31,7 @@ from localkube.errors import ApiError, FieldError, invalid
 from localkube.handlers import Handlers
 
 if TYPE_CHECKING:
-    from localkube.app import Route
+    from localkube.routing import Route
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,7 @@ class Subresources:
         previous = query.get("previous") in ("true", "1")
         if query.get("follow") in ("true", "1") and not previous:
             try:
+                logs.log_file(log_dir, container)
                 chunks = logs.follow_log(
                     log_dir, container, tail_lines=tail, since_seconds=since, timestamps=timestamps
                 )
@@ -161,6 +164,8 @@ class Subresources:
             ApiError: 404 missing ServiceAccount or bound object, 400/422 invalid spec,
                 409 bound uid mismatch, 405 for other subresources.
         """
+        if route.subresource == "binding":
+            return 201, self._bind(route, body)
         if route.subresource != "token":
             raise ApiError(
                 405,
@@ -183,6 +188,58 @@ class Subresources:
             get_object=get_object,
         )
         return 201, response
+
+    # binding -----------------------------------------------------------------
+
+    def _bind(self, route: Route, body: Any) -> dict[str, Any]:
+        """Bind a Pod to a node (``pods/{name}/binding``): set ``spec.nodeName`` once.
+
+        Raises:
+            ApiError: 400 without ``target.name``, 404 missing Pod, 409 when the Pod is
+                already bound, being deleted, or the ``metadata.uid`` precondition fails.
+        """
+        binding = body if isinstance(body, dict) else {}
+        target = (binding.get("target") or {}).get("name")
+        if not target:
+            raise invalid(
+                "Binding",
+                "",
+                route.name,
+                [FieldError("target.name", "FieldValueRequired", "Required value")],
+            )
+        pod = self.handlers.require(route.rt, route.namespace, route.name)
+        meta = pod["metadata"]
+        uid = (binding.get("metadata") or {}).get("uid")
+        conflict = f'Operation cannot be fulfilled on pods/binding "{route.name}": '
+        if uid and uid != meta.get("uid"):
+            raise ApiError(
+                409, "Conflict", conflict + "the UID in the binding does not match the pod"
+            )
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            raise ApiError(
+                409, "Conflict", conflict + f'pod {route.name} is already assigned to node "{node}"'
+            )
+        if meta.get("deletionTimestamp"):
+            raise ApiError(
+                409,
+                "Conflict",
+                conflict + f"pod {route.name} is being deleted, cannot be assigned to a host",
+            )
+        bound = copy.deepcopy(pod)
+        bound.setdefault("spec", {})["nodeName"] = target
+        key = (route.rt.storage_key, route.namespace, route.name)
+        try:
+            self.handlers.store.update(key, bound, expected_revision=int(meta["resourceVersion"]))
+        except storage.Conflict:  # pragma: no cover - no await since the read
+            raise ApiError(409, "Conflict", conflict + "the object has been modified") from None
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
 
     # scale -------------------------------------------------------------------
 

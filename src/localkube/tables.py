@@ -151,31 +151,63 @@ def _cell(column: PrinterColumn, obj: dict[str, Any], now: datetime) -> Any:
     return str(value) if not isinstance(value, bool) else str(value).lower()
 
 
+def _extras(storage_key: str) -> list[tuple[str, str, str, int]]:
+    try:
+        from localkube.controllers.columns import EXTRA_COLUMNS
+    except ImportError:  # pragma: no cover - the controllers package is optional here
+        return []
+    return list(EXTRA_COLUMNS.get(storage_key, []))
+
+
+def _extra_cells(storage_key: str, obj: dict[str, Any]) -> list[Any]:
+    try:
+        from localkube.controllers.columns import extra_cells
+    except ImportError:  # pragma: no cover
+        return []
+    return list(extra_cells(storage_key, obj))
+
+
+def _after_age(storage_key: str, name: str, priority: int) -> bool:
+    # kube-apiserver prints wide columns after AGE, and a Node's VERSION too
+    return priority > 0 or (storage_key == "/nodes" and name == "Version")
+
+
 def column_definitions(rt: ResourceType) -> list[dict[str, Any]]:
-    """Return a Table's ``columnDefinitions`` for ``rt``."""
+    """Return a Table's ``columnDefinitions`` for ``rt``.
+
+    Built-in kinds: NAME, the kind's columns (:data:`BUILTIN_COLUMNS` and
+    ``localkube.controllers.columns.EXTRA_COLUMNS``), AGE, then the ``-o wide`` ones.
+    """
     columns = [_column_def("Name", "string", "Name must be unique within a namespace.", 0, "name")]
+    age = _column_def(
+        "Age",
+        "date",
+        "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    )
     if rt.printer_columns:
         columns += [
             _column_def(c.name, c.type, c.description, c.priority, c.format)
             for c in rt.printer_columns
         ]
-    else:
-        columns += BUILTIN_COLUMNS.get(rt.storage_key, [])
-    if not any(c.name.lower() == "age" for c in rt.printer_columns):
-        columns.append(
-            _column_def(
-                "Age",
-                "date",
-                "CreationTimestamp is a timestamp representing the server time when this object was created.",
-            )
-        )
+        if not any(c.name.lower() == "age" for c in rt.printer_columns):
+            columns.append(age)
+        return columns
+    columns += BUILTIN_COLUMNS.get(rt.storage_key, [])
+    extras = _extras(rt.storage_key)
+    columns += [
+        _column_def(n, t, d, p) for n, t, d, p in extras if not _after_age(rt.storage_key, n, p)
+    ]
+    columns.append(age)
+    columns += [
+        _column_def(n, t, d, p) for n, t, d, p in extras if _after_age(rt.storage_key, n, p)
+    ]
     return columns
 
 
 def row(
     rt: ResourceType, obj: dict[str, Any], *, now: datetime, include_object: str
 ) -> dict[str, Any]:
-    """Return one Table row for ``obj``.
+    """Return one Table row for ``obj``, cells in :func:`column_definitions` order.
 
     Args:
         include_object: ``None``, ``Metadata`` (default: a PartialObjectMetadata) or
@@ -183,12 +215,19 @@ def row(
     """
     meta = obj.get("metadata") or {}
     cells: list[Any] = [meta.get("name", "")]
+    age = _age(meta.get("creationTimestamp"), now)
     if rt.printer_columns:
         cells += [_cell(c, obj, now) for c in rt.printer_columns]
+        if not any(c.name.lower() == "age" for c in rt.printer_columns):
+            cells.append(age)
     else:
         cells += _builtin_cells(rt, obj)
-    if not any(c.name.lower() == "age" for c in rt.printer_columns):
-        cells.append(_age(meta.get("creationTimestamp"), now))
+        extras = _extras(rt.storage_key)
+        values = _extra_cells(rt.storage_key, obj) if extras else []
+        pairs = list(zip(extras, values, strict=False))
+        cells += [v for (n, _, _, p), v in pairs if not _after_age(rt.storage_key, n, p)]
+        cells.append(age)
+        cells += [v for (n, _, _, p), v in pairs if _after_age(rt.storage_key, n, p)]
     result: dict[str, Any] = {"cells": cells}
     if include_object == "Object":
         result["object"] = obj

@@ -172,14 +172,20 @@ async def run_watch(
         next_bookmark = trio.current_time() + bookmark_interval
         while True:
             batch: list[bytes] = []
-            with trio.move_on_at(next_bookmark if request.bookmarks else float("inf")):
-                try:
-                    event = await channel.receive()
-                except trio.EndOfChannel:
-                    return
+            received: storage.StoredEvent | None = None
+            try:
+                if request.bookmarks:
+                    with trio.move_on_at(next_bookmark):
+                        received = await channel.receive()
+                else:
+                    received = await channel.receive()
+            except trio.EndOfChannel:
+                return
+            if received is not None:
                 # let the other runnable tasks (concurrent writes) go first, so a burst of
                 # events leaves in one chunk rather than one TLS record each
                 await trio.lowlevel.cancel_shielded_checkpoint()
+                event = received
                 while True:
                     kind = transition(event, options)
                     if kind is not None:

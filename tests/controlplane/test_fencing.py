@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER, Reason, RunConditionType
 from krt.api.conditions import find_condition
+from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER, Reason, RunConditionType
 from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase
 from krt.api.retry import Retry, Terminal
@@ -39,10 +39,12 @@ def test_pod_gone_requeues_with_attempt_two() -> None:
     assert status["phase"] == "Pending"
     assert status["attempt"] == 2
     assert status["reason"] == "PodLost"
-    assert "assignedPod" not in status and "assignedPodUID" not in status
+    assert "assignedPod" not in status
+    assert "assignedPodUID" not in status
     requeued = Run.from_dict({**run_dict(), "status": status})
     scheduled = find_condition(requeued.status.conditions, RunConditionType.SCHEDULED)
-    assert scheduled is not None and scheduled.reason == Reason.REQUEUED
+    assert scheduled is not None
+    assert scheduled.reason == Reason.REQUEUED
 
 
 def test_pod_gone_with_one_attempt_fails() -> None:
@@ -56,15 +58,15 @@ def test_pod_gone_with_one_attempt_fails() -> None:
 
 def test_default_policy_is_one_attempt() -> None:
     decision = decide_reap(_assigned(), pod=None, pod_in_endpoints=False, now=NOW)
-    assert isinstance(decision, Recover) and isinstance(decision.decision, Terminal)
+    assert isinstance(decision, Recover)
+    assert isinstance(decision.decision, Terminal)
 
 
 def test_uid_mismatch_is_pod_gone() -> None:
     replaced = pod("p-a", uid="new-uid")
-    decision = decide_reap(
-        _assigned(max_attempts=2), pod=replaced, pod_in_endpoints=True, now=NOW
-    )
-    assert isinstance(decision, Recover) and decision.fence is Fence.POD_GONE
+    decision = decide_reap(_assigned(max_attempts=2), pod=replaced, pod_in_endpoints=True, now=NOW)
+    assert isinstance(decision, Recover)
+    assert decision.fence is Fence.POD_GONE
     assert "new-uid" in decision.message
 
 
@@ -98,7 +100,10 @@ def test_deleting_with_stale_heartbeat_is_fenced() -> None:
 @pytest.mark.parametrize("in_endpoints", [True, False])
 def test_stale_heartbeat_alone_is_not_a_fence(in_endpoints: bool) -> None:
     decision = decide_reap(
-        _assigned(), pod=pod("p-a", fresh=False, ready=False), pod_in_endpoints=in_endpoints, now=NOW
+        _assigned(),
+        pod=pod("p-a", fresh=False, ready=False),
+        pod_in_endpoints=in_endpoints,
+        now=NOW,
     )
     assert isinstance(decision, NotFenced)
 
@@ -108,7 +113,8 @@ def test_every_active_phase_is_recovered(phase: Phase) -> None:
     run = _assigned(phase=phase, max_attempts=2, function=phase is Phase.READY)
     assert in_scope(run)
     decision = decide_reap(run, pod=None, pod_in_endpoints=False, now=NOW)
-    assert isinstance(decision, Recover) and isinstance(decision.decision, Retry)
+    assert isinstance(decision, Recover)
+    assert isinstance(decision.decision, Retry)
 
 
 @pytest.mark.parametrize("phase", [Phase.PENDING, Phase.SUCCEEDED, Phase.FAILED])
@@ -121,25 +127,24 @@ def test_out_of_scope_without_finalizer(phase: Phase) -> None:
 def test_function_run_finalizer_removed_only_when_uid_gone() -> None:
     run = _assigned(phase=Phase.READY, function=True, finalizers=FIN, max_attempts=2)
     gone = decide_reap(run, pod=None, pod_in_endpoints=False, now=NOW)
-    assert isinstance(gone, Recover) and gone.remove_finalizer
-    deleting = decide_reap(
-        run, pod=pod("p-a", deleting=True), pod_in_endpoints=False, now=NOW
-    )
-    assert isinstance(deleting, Recover) and not deleting.remove_finalizer
+    assert isinstance(gone, Recover)
+    assert gone.remove_finalizer
+    deleting = decide_reap(run, pod=pod("p-a", deleting=True), pod_in_endpoints=False, now=NOW)
+    assert isinstance(deleting, Recover)
+    assert not deleting.remove_finalizer
 
 
 def test_deleting_run_with_finalizer_on_gone_pod_only_drops_finalizer() -> None:
     run = _assigned(phase=Phase.READY, function=True, finalizers=FIN, deleting=True)
     decision = decide_reap(run, pod=None, pod_in_endpoints=False, now=NOW)
     assert isinstance(decision, Recover)
-    assert decision.decision is None and decision.remove_finalizer
+    assert decision.decision is None
+    assert decision.remove_finalizer
 
 
 def test_deleting_run_on_deleting_pod_waits_for_uid_gone() -> None:
     run = _assigned(phase=Phase.READY, function=True, finalizers=FIN, deleting=True)
-    decision = decide_reap(
-        run, pod=pod("p-a", deleting=True), pod_in_endpoints=False, now=NOW
-    )
+    decision = decide_reap(run, pod=pod("p-a", deleting=True), pod_in_endpoints=False, now=NOW)
     assert isinstance(decision, NotFenced)
 
 
@@ -148,4 +153,5 @@ def test_terminal_run_with_finalizer_on_gone_pod_drops_finalizer() -> None:
     assert in_scope(run)
     decision = decide_reap(run, pod=None, pod_in_endpoints=False, now=NOW)
     assert isinstance(decision, Recover)
-    assert decision.decision is None and decision.remove_finalizer
+    assert decision.decision is None
+    assert decision.remove_finalizer

@@ -22,8 +22,12 @@ def test_heartbeat_judged_by_uid_and_expiry() -> None:
 def test_pod_state_reads_fields() -> None:
     lease = lease_dict("p", holder="uid-p", renewed=NOW)
     state = pod_state(pod_dict("p", deleting=True), lease=lease, now=NOW)
-    assert state.name == "p" and state.uid == "uid-p" and state.runtime == "python"
-    assert state.ready and state.deleting and state.heartbeat_fresh
+    assert state.name == "p"
+    assert state.uid == "uid-p"
+    assert state.runtime == "python"
+    assert state.ready
+    assert state.deleting
+    assert state.heartbeat_fresh
     assert not state.schedulable
     assert pod_state(pod_dict("p"), lease=lease, now=NOW).schedulable
     assert not pod_state(pod_dict("p"), lease=None, now=NOW).schedulable

@@ -78,9 +78,9 @@ def test_labels_gate_workspace_capacity_and_service_account() -> None:
     }
     spec = template["spec"]
     assert spec["readinessGates"] == [{"conditionType": RUNTIMED_READY_POD_CONDITION}]
-    assert {"name": "kruntimes-workspace", "emptyDir": {}} in spec["volumes"]
+    assert {"name": "workspace", "emptyDir": {}} in spec["volumes"]
     for container in spec["containers"]:
-        assert {"name": "kruntimes-workspace", "mountPath": "/workspace"} in container[
+        assert {"name": "workspace", "mountPath": "/kruntimes/workspace"} in container[
             "volumeMounts"
         ]
     assert spec["serviceAccountName"] == "runtime-python"
@@ -247,8 +247,10 @@ def test_status_counts_only_schedulable_pods() -> None:
     status = Runtime.from_dict({**runtime_dict(replicas=3), "status": patch}).status
     available = find_condition(status.conditions, "Available")
     progressing = find_condition(status.conditions, "Progressing")
-    assert available is not None and available.status is ConditionStatus.TRUE
-    assert progressing is not None and progressing.status is ConditionStatus.TRUE
+    assert available is not None
+    assert available.status is ConditionStatus.TRUE
+    assert progressing is not None
+    assert progressing.status is ConditionStatus.TRUE
 
 
 def test_status_complete_and_idempotent() -> None:
@@ -257,7 +259,8 @@ def test_status_complete_and_idempotent() -> None:
     patch = runtime_status_patch(runtime, deployment={"spec": {}}, pods=pods, now=NOW)
     stored = Runtime.from_dict({**runtime_dict(replicas=2), "status": patch})
     progressing = find_condition(stored.status.conditions, "Progressing")
-    assert progressing is not None and progressing.status is ConditionStatus.FALSE
+    assert progressing is not None
+    assert progressing.status is ConditionStatus.FALSE
     assert runtime_status_patch(stored, deployment={"spec": {}}, pods=pods, now=NOW) == {}
 
 
@@ -265,5 +268,6 @@ def test_status_without_pods_is_unavailable() -> None:
     patch = runtime_status_patch(make_runtime(), deployment=None, pods=[], now=NOW)
     status = Runtime.from_dict({**runtime_dict(), "status": patch}).status
     available = find_condition(status.conditions, "Available")
-    assert available is not None and available.status is ConditionStatus.FALSE
+    assert available is not None
+    assert available.status is ConditionStatus.FALSE
     assert available.reason == "DeploymentMissing"

@@ -33,9 +33,7 @@ def _apply(run: Run, patch: dict[str, object]) -> Run:
 
 def test_binds_first_attempt_with_all_fields() -> None:
     run = make_run()
-    decision = decide_schedule(
-        run, runtime=make_runtime(), pods=[pod("p-a")], usage={}, now=NOW
-    )
+    decision = decide_schedule(run, runtime=make_runtime(), pods=[pod("p-a")], usage={}, now=NOW)
     assert isinstance(decision, Bind)
     assert decision.pod.name == "p-a"
     assert decision.attempt == 1
@@ -44,7 +42,8 @@ def test_binds_first_attempt_with_all_fields() -> None:
     assert patch["assignedPod"] == "p-a"
     assert patch["assignedPodUID"] == "uid-p-a"
     assert patch["attempt"] == 1
-    assert "retryAfter" in patch and patch["retryAfter"] is None
+    assert "retryAfter" in patch
+    assert patch["retryAfter"] is None
     bound = _apply(run, patch)
     scheduled = find_condition(bound.status.conditions, RunConditionType.SCHEDULED)
     assert scheduled is not None
@@ -86,7 +85,8 @@ def test_cancel_before_assignment_ends_cancelled(function: bool) -> None:
     assert done.status.assigned_pod is None
     ready = find_condition(done.status.conditions, RunConditionType.READY)
     if function:
-        assert ready is not None and ready.reason == Reason.CANCELLED
+        assert ready is not None
+        assert ready.reason == Reason.CANCELLED
     else:
         assert ready is None
 
@@ -110,7 +110,8 @@ def test_runtime_not_found() -> None:
     decision = decide_schedule(make_run(), runtime=None, pods=[pod("p-a")], usage={}, now=NOW)
     assert isinstance(decision, Unschedulable)
     assert decision.reason is Reason.RUNTIME_NOT_FOUND
-    assert '"python"' in decision.message and '"demo"' in decision.message
+    assert '"python"' in decision.message
+    assert '"demo"' in decision.message
     assert decision.patch["phase"] == "Pending"
 
 
@@ -141,7 +142,8 @@ def test_insufficient_capacity_names_request_and_capacity() -> None:
     )
     assert isinstance(decision, Unschedulable)
     assert decision.reason is Reason.INSUFFICIENT_CAPACITY
-    assert "runs=1" in decision.message and "runs=2" in decision.message
+    assert "runs=1" in decision.message
+    assert "runs=2" in decision.message
 
 
 def test_other_resource_must_fit_too() -> None:
@@ -158,13 +160,15 @@ def test_other_resource_must_fit_too() -> None:
 def test_unchanged_unschedulable_condition_writes_nothing() -> None:
     run = make_run()
     first = decide_schedule(run, runtime=None, pods=[], usage={}, now=NOW)
-    assert isinstance(first, Unschedulable) and first.patch
+    assert isinstance(first, Unschedulable)
+    assert first.patch
     stored = _apply(run, first.patch)
     again = decide_schedule(stored, runtime=None, pods=[], usage={}, now=NOW + timedelta(seconds=5))
     assert isinstance(again, Unschedulable)
     assert again.patch == {}
     other = decide_schedule(stored, runtime=make_runtime(), pods=[], usage={}, now=NOW)
-    assert isinstance(other, Unschedulable) and other.reason is Reason.NO_READY_POD
+    assert isinstance(other, Unschedulable)
+    assert other.reason is Reason.NO_READY_POD
     assert other.patch != {}
 
 
@@ -173,7 +177,8 @@ def test_function_run_unschedulable_sets_ready_false_not_scheduled() -> None:
     decision = decide_schedule(run, runtime=None, pods=[], usage={}, now=NOW)
     assert isinstance(decision, Unschedulable)
     ready = find_condition(_apply(run, decision.patch).status.conditions, RunConditionType.READY)
-    assert ready is not None and ready.status is ConditionStatus.FALSE
+    assert ready is not None
+    assert ready.status is ConditionStatus.FALSE
     assert ready.reason == Reason.NOT_SCHEDULED
 
 
@@ -182,12 +187,14 @@ def test_tie_break_most_free_then_name() -> None:
     pods = [pod("p-c"), pod("p-b"), pod("p-a")]
     usage = {"uid-p-a": {"runs": 1}, "uid-p-b": {"runs": 0}, "uid-p-c": {"runs": 0}}
     decision = decide_schedule(make_run(), runtime=runtime, pods=pods, usage=usage, now=NOW)
-    assert isinstance(decision, Bind) and decision.pod.name == "p-b"
+    assert isinstance(decision, Bind)
+    assert decision.pod.name == "p-b"
     # order of the candidate list does not matter
     decision2 = decide_schedule(
         make_run(), runtime=runtime, pods=list(reversed(pods)), usage=usage, now=NOW
     )
-    assert isinstance(decision2, Bind) and decision2.pod.name == "p-b"
+    assert isinstance(decision2, Bind)
+    assert decision2.pod.name == "p-b"
 
 
 def test_skips_full_pod_and_picks_other() -> None:
@@ -196,7 +203,8 @@ def test_skips_full_pod_and_picks_other() -> None:
     decision = decide_schedule(
         make_run(), runtime=runtime, pods=[pod("p-a"), pod("p-b")], usage=usage, now=NOW
     )
-    assert isinstance(decision, Bind) and decision.pod.name == "p-b"
+    assert isinstance(decision, Bind)
+    assert decision.pod.name == "p-b"
 
 
 def test_assumed_binds_prevent_overfill_in_a_burst() -> None:

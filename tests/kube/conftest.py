@@ -9,7 +9,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
@@ -20,8 +21,9 @@ from krt.kube.errors import NotFound
 from krt.kube.resources import ResourceRef
 from localkube.apiserver import ApiServerConfig, ApiServerHandle, running_apiserver
 
-CRDS = ResourceRef("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,
-                   "CustomResourceDefinition")
+CRDS = ResourceRef(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
+)
 WIDGETS = ResourceRef("test.kruntimes.io", "v1", "widgets", True, "Widget")
 
 
@@ -42,6 +44,22 @@ async def kube(apiserver: ApiServerHandle) -> AsyncIterator[Kube]:
         await client.aclose()
 
 
+@pytest.fixture
+def start_kube() -> Callable[..., AbstractAsyncContextManager[Kube]]:
+    """``start_kube(**ApiServerConfig fields)``: own API server + client, as a context."""
+
+    @asynccontextmanager
+    async def start(**config: Any) -> AsyncIterator[Kube]:
+        async with running_apiserver(ApiServerConfig(**config)) as handle:
+            client = await connect(kubeconfig=handle.kubeconfig_path)
+            try:
+                yield client
+            finally:
+                await client.aclose()
+
+    return start
+
+
 def widget_crd() -> dict[str, Any]:
     """A permissive namespaced CRD with the status subresource."""
     return {
@@ -49,23 +67,32 @@ def widget_crd() -> dict[str, Any]:
         "spec": {
             "group": "test.kruntimes.io",
             "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
-                      "listKind": "WidgetList"},
-            "versions": [{
-                "name": "v1", "served": True, "storage": True,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                }},
-            }],
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "listKind": "WidgetList",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
         },
     }
 
 
-@pytest.fixture
-async def widgets(kube: Kube) -> ResourceRef:
-    """Install the Widget CRD and wait until it is served."""
+async def install_widgets(kube: Kube) -> ResourceRef:
+    """Install the Widget CRD through ``kube`` and wait until it is served."""
     await kube.create(CRDS, widget_crd())
     with trio.fail_after(10):
         while True:
@@ -74,6 +101,12 @@ async def widgets(kube: Kube) -> ResourceRef:
                 return WIDGETS
             except NotFound:
                 await trio.sleep(0.01)
+
+
+@pytest.fixture
+async def widgets(kube: Kube) -> ResourceRef:
+    """The Widget CRD, installed and served."""
+    return await install_widgets(kube)
 
 
 def widget(name: str, namespace: str = "default", **spec: Any) -> dict[str, Any]:

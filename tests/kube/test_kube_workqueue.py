@@ -5,6 +5,8 @@ All on pytest-trio's autojump_clock: elapsed times are virtual and exact.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import trio
 import trio.testing
@@ -110,7 +112,7 @@ async def test_add_wakes_a_delayed_key_at_once(autojump_clock: trio.testing.Mock
 
     queue: WorkQueue[str] = WorkQueue()
     async with trio.open_nursery() as nursery:
-        await nursery.start(queue.run, reconcile, workers=1)
+        await nursery.start(functools.partial(queue.run, reconcile, workers=1))
         queue.add_after("k", 100)
         await trio.sleep(2)
         queue.add("k")
@@ -199,7 +201,7 @@ async def test_cancellation_propagates_out_of_reconcile(
     queue.add("k")
     with trio.move_on_after(5) as scope:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(queue.run, reconcile, 1)  # type: ignore[arg-type]
+            await nursery.start(functools.partial(queue.run, reconcile, workers=1))
     assert scope.cancelled_caught
     assert entered.is_set()
     assert queue.failed == 0  # Cancelled is not a reconcile failure

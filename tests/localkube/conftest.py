@@ -11,6 +11,8 @@ Fixtures:
 * ``kr8s_api``: a ``kr8s.asyncio`` API object on trio bound to ``apiserver``'s kubeconfig.
 * ``admin_http``: an ``httpx.AsyncClient`` with the admin token and the cluster CA, base URL
   the server (for raw REST calls kr8s does not expose).
+* :func:`watch_until`: wait for a condition on one object through a watch (for effects
+  of the in-process controllers: garbage collection, namespace cleanup).
 * ``kubectl``: an async ``kubectl(*args, input=None, check=True, token=None)`` runner bound
   to the ``apiserver`` kubeconfig, returning ``subprocess.CompletedProcess[str]``; the test
   is skipped with a printed reason when kubectl is not installed.
@@ -21,6 +23,7 @@ All fixtures are function-scoped: every test gets a clean cluster (start-up take
 
 from __future__ import annotations
 
+import json
 import shutil
 import ssl
 import subprocess
@@ -117,3 +120,41 @@ def kubectl(apiserver: ApiServerHandle) -> KubectlRunner:
         return result
 
     return run
+
+
+async def watch_until(
+    client: httpx.AsyncClient,
+    collection: str,
+    name: str,
+    predicate: Callable[[dict[str, Any] | None], bool],
+) -> dict[str, Any] | None:
+    """Wait (list, then watch) until ``predicate(object or None)`` holds for one object.
+
+    Args:
+        client: an authenticated client. collection: e.g.
+            ``/api/v1/namespaces/default/configmaps``. name: the object's name.
+        predicate: called with the object, or None once it is deleted.
+
+    Returns:
+        The object (None if deleted) that satisfied ``predicate``. Callers bound the wait
+        with ``trio.fail_after``.
+    """
+    selector = {"fieldSelector": f"metadata.name={name}"}
+    listing = (await client.get(collection, params=selector)).json()
+    current = listing["items"][0] if listing["items"] else None
+    if predicate(current):
+        return current
+    params = {
+        **selector,
+        "watch": "true",
+        "resourceVersion": listing["metadata"]["resourceVersion"],
+    }
+    async with client.stream("GET", collection, params=params) as response:
+        async for line in response.aiter_lines():
+            if not line:
+                continue
+            event = json.loads(line)
+            current = None if event["type"] == "DELETED" else event["object"]
+            if predicate(current):
+                return current
+    raise AssertionError(f"watch of {collection}/{name} ended before the condition held")

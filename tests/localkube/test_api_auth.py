@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import trio
+import trio.lowlevel
 
 from localkube.apiserver import ApiServerConfig, ApiServerHandle
 from localkube.pki import ClusterPKI
@@ -20,12 +21,20 @@ from tests.localkube.conftest import client_for
 RBAC = "/apis/rbac.authorization.k8s.io/v1/namespaces/team"
 
 
-async def _service_account_token(admin: httpx.AsyncClient, namespace: str = "team", name: str = "bot") -> tuple[str, dict[str, Any]]:
+async def _service_account_token(
+    admin: httpx.AsyncClient, namespace: str = "team", name: str = "bot"
+) -> tuple[str, dict[str, Any]]:
     await admin.post("/api/v1/namespaces", json={"metadata": {"name": namespace}})
-    await admin.post(f"/api/v1/namespaces/{namespace}/serviceaccounts", json={"metadata": {"name": name}})
+    await admin.post(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts", json={"metadata": {"name": name}}
+    )
     r = await admin.post(
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+        json={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 600},
+        },
     )
     assert r.status_code == 201, r.text
     return r.json()["status"]["token"], r.json()
@@ -34,7 +43,8 @@ async def _service_account_token(admin: httpx.AsyncClient, namespace: str = "tea
 async def test_missing_and_forged_tokens_are_401(apiserver: ApiServerHandle) -> None:
     async with httpx.AsyncClient(base_url=apiserver.url, verify=False) as anonymous:
         r = await anonymous.get("/api/v1/namespaces")
-        assert r.status_code == 401 and r.json()["reason"] == "Unauthorized"
+        assert r.status_code == 401
+        assert r.json()["reason"] == "Unauthorized"
         assert (await anonymous.get("/version")).status_code == 200, "/version is public"
     async with client_for(apiserver, token="not-a-token") as forged:
         assert (await forged.get("/api/v1/namespaces")).status_code == 401
@@ -42,9 +52,12 @@ async def test_missing_and_forged_tokens_are_401(apiserver: ApiServerHandle) -> 
         assert (await wrong.get("/api")).status_code == 401
 
 
-async def test_token_request_and_rbac(admin_http: httpx.AsyncClient, apiserver: ApiServerHandle) -> None:
+async def test_token_request_and_rbac(
+    admin_http: httpx.AsyncClient, apiserver: ApiServerHandle
+) -> None:
     token, response = await _service_account_token(admin_http)
-    assert response["kind"] == "TokenRequest" and response["status"]["expirationTimestamp"]
+    assert response["kind"] == "TokenRequest"
+    assert response["status"]["expirationTimestamp"]
     async with client_for(apiserver, token=token) as bot:
         r = await bot.get("/api/v1/namespaces/team/pods")
         assert r.status_code == 403
@@ -52,12 +65,22 @@ async def test_token_request_and_rbac(admin_http: httpx.AsyncClient, apiserver: 
             'pods is forbidden: User "system:serviceaccount:team:bot" cannot list resource "pods" '
             'in API group "" in the namespace "team"'
         )
-        await admin_http.post(f"{RBAC}/roles", json={"metadata": {"name": "reader"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]})
+        await admin_http.post(
+            f"{RBAC}/roles",
+            json={
+                "metadata": {"name": "reader"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+            },
+        )
         await admin_http.post(
             f"{RBAC}/rolebindings",
             json={
                 "metadata": {"name": "bot-reader"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "reader",
+                },
                 "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "team"}],
             },
         )
@@ -67,27 +90,44 @@ async def test_token_request_and_rbac(admin_http: httpx.AsyncClient, apiserver: 
         ssar = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": "team", "verb": "list", "resource": "pods"}},
+            "spec": {
+                "resourceAttributes": {"namespace": "team", "verb": "list", "resource": "pods"}
+            },
         }
         r = await bot.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=ssar)
-        assert r.status_code == 201 and r.json()["status"]["allowed"] is True
+        assert r.status_code == 201
+        assert r.json()["status"]["allowed"] is True
         ssar["spec"]["resourceAttributes"]["verb"] = "delete"
-        assert (await bot.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=ssar)).json()["status"]["allowed"] is False
+        assert (
+            await bot.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=ssar)
+        ).json()["status"]["allowed"] is False
         sar = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
-            "spec": {"user": "system:serviceaccount:team:bot", "resourceAttributes": {"namespace": "team", "verb": "get", "resource": "pods"}},
+            "spec": {
+                "user": "system:serviceaccount:team:bot",
+                "resourceAttributes": {"namespace": "team", "verb": "get", "resource": "pods"},
+            },
         }
-        assert (await bot.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json=sar)).status_code == 403
+        assert (
+            await bot.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json=sar)
+        ).status_code == 403
         r = await admin_http.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", json=sar)
-        assert r.status_code == 201 and r.json()["status"]["allowed"] is True
-        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        assert r.status_code == 201
+        assert r.json()["status"]["allowed"] is True
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }
         r = await admin_http.post("/apis/authentication.k8s.io/v1/tokenreviews", json=review)
         assert r.json()["status"]["authenticated"] is True
         assert r.json()["status"]["user"]["username"] == "system:serviceaccount:team:bot"
 
 
-async def test_token_of_deleted_service_account_is_401(admin_http: httpx.AsyncClient, apiserver: ApiServerHandle) -> None:
+async def test_token_of_deleted_service_account_is_401(
+    admin_http: httpx.AsyncClient, apiserver: ApiServerHandle
+) -> None:
     token, _ = await _service_account_token(admin_http)
     await admin_http.delete("/api/v1/namespaces/team/serviceaccounts/bot")
     async with client_for(apiserver, token=token) as bot:
@@ -95,12 +135,31 @@ async def test_token_of_deleted_service_account_is_401(admin_http: httpx.AsyncCl
 
 
 async def test_expired_token_is_401(tmp_path: Path, start_apiserver: Any) -> None:
-    async with start_apiserver(ApiServerConfig(state_dir=tmp_path)) as handle, client_for(handle) as admin:
-        await admin.post("/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": "old"}})
+    async with (
+        start_apiserver(ApiServerConfig(state_dir=tmp_path)) as handle,
+        client_for(handle) as admin,
+    ):
+        await admin.post(
+            "/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": "old"}}
+        )
         sa = (await admin.get("/api/v1/namespaces/default/serviceaccounts/old")).json()
         pki = ClusterPKI.create(tmp_path, ["127.0.0.1"])
-        expired, _ = pki.token_authority.issue("default", "old", sa["metadata"]["uid"], audiences=[], expiration_seconds=600, now=time.time() - 3600)
-        valid, _ = pki.token_authority.issue("default", "old", sa["metadata"]["uid"], audiences=[], expiration_seconds=600, now=time.time())
+        expired, _ = pki.token_authority.issue(
+            "default",
+            "old",
+            sa["metadata"]["uid"],
+            audiences=[],
+            expiration_seconds=600,
+            now=time.time() - 3600,
+        )
+        valid, _ = pki.token_authority.issue(
+            "default",
+            "old",
+            sa["metadata"]["uid"],
+            audiences=[],
+            expiration_seconds=600,
+            now=time.time(),
+        )
         async with client_for(handle, token=expired) as client:
             assert (await client.get("/api")).status_code == 401
         async with client_for(handle, token=valid) as client:
@@ -108,16 +167,24 @@ async def test_expired_token_is_401(tmp_path: Path, start_apiserver: Any) -> Non
 
 
 async def test_token_request_rejects_short_expiry(admin_http: httpx.AsyncClient) -> None:
-    await admin_http.post("/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": "x"}})
-    r = await admin_http.post("/api/v1/namespaces/default/serviceaccounts/x/token", json={"spec": {"expirationSeconds": 10}})
+    await admin_http.post(
+        "/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": "x"}}
+    )
+    r = await admin_http.post(
+        "/api/v1/namespaces/default/serviceaccounts/x/token",
+        json={"spec": {"expirationSeconds": 10}},
+    )
     assert r.status_code == 422
     assert r.json()["details"]["causes"][0]["field"] == "spec.expirationSeconds"
-    assert (await admin_http.post("/api/v1/namespaces/default/serviceaccounts/none/token", json={})).status_code == 404
+    assert (
+        await admin_http.post("/api/v1/namespaces/default/serviceaccounts/none/token", json={})
+    ).status_code == 404
 
 
 async def test_discovery_documents(admin_http: httpx.AsyncClient) -> None:
     version = (await admin_http.get("/version")).json()
-    assert version["major"] == "1" and version["minor"] == "32"
+    assert version["major"] == "1"
+    assert version["minor"] == "32"
     assert (await admin_http.get("/api")).json()["versions"] == ["v1"]
     core = (await admin_http.get("/api/v1")).json()
     pods = next(r for r in core["resources"] if r["name"] == "pods")
@@ -127,19 +194,45 @@ async def test_discovery_documents(admin_http: httpx.AsyncClient) -> None:
     apps = (await admin_http.get("/apis/apps")).json()
     assert apps["preferredVersion"]["groupVersion"] == "apps/v1"
     groups = {g["name"] for g in (await admin_http.get("/apis")).json()["groups"]}
-    assert {"apps", "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io", "rbac.authorization.k8s.io", "authorization.k8s.io", "authentication.k8s.io", "apiextensions.k8s.io"} <= groups
+    assert {
+        "apps",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "rbac.authorization.k8s.io",
+        "authorization.k8s.io",
+        "authentication.k8s.io",
+        "apiextensions.k8s.io",
+    } <= groups
     assert (await admin_http.get("/apis/nothing.example")).status_code == 404
 
 
 async def test_sqlite_state_survives_restart(tmp_path: Path, start_apiserver: Any) -> None:
-    async with start_apiserver(ApiServerConfig(state_dir=tmp_path)) as first, client_for(first) as admin:
-        await admin.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "keep"}, "data": {"a": "1"}})
-        before = int((await admin.get("/api/v1/namespaces/default/configmaps")).json()["metadata"]["resourceVersion"])
-    await trio.sleep(0)
-    async with start_apiserver(ApiServerConfig(state_dir=tmp_path)) as second, client_for(second) as admin:
+    async with (
+        start_apiserver(ApiServerConfig(state_dir=tmp_path)) as first,
+        client_for(first) as admin,
+    ):
+        await admin.post(
+            "/api/v1/namespaces/default/configmaps",
+            json={"metadata": {"name": "keep"}, "data": {"a": "1"}},
+        )
+        before = int(
+            (await admin.get("/api/v1/namespaces/default/configmaps")).json()["metadata"][
+                "resourceVersion"
+            ]
+        )
+    await trio.lowlevel.checkpoint()
+    async with (
+        start_apiserver(ApiServerConfig(state_dir=tmp_path)) as second,
+        client_for(second) as admin,
+    ):
         kept = (await admin.get("/api/v1/namespaces/default/configmaps/keep")).json()
         assert kept["data"] == {"a": "1"}
-        created = (await admin.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "new"}})).json()
+        created = (
+            await admin.post(
+                "/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "new"}}
+            )
+        ).json()
         assert int(created["metadata"]["resourceVersion"]) > before
         assert second.kubeconfig_path == tmp_path / "kubeconfig"
         assert second.admin_token == first.admin_token

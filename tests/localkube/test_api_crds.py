@@ -31,9 +31,19 @@ SCHEMA: dict[str, Any] = {
                 "name": {"type": "string", "maxLength": 5, "pattern": "^[a-z]+$"},
                 "tags": {"type": "array", "maxItems": 2, "items": {"type": "string"}},
                 "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                "mode": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "mode is immutable"}]},
+                "mode": {
+                    "type": "string",
+                    "x-kubernetes-validations": [
+                        {"rule": "self == oldSelf", "message": "mode is immutable"}
+                    ],
+                },
             },
-            "x-kubernetes-validations": [{"rule": "self.size < 9 || self.color == 'red'", "message": "big widgets must be red"}],
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.size < 9 || self.color == 'red'",
+                    "message": "big widgets must be red",
+                }
+            ],
         },
         "status": {"type": "object", "properties": {"phase": {"type": "string"}}},
     },
@@ -48,7 +58,12 @@ def crd(scope: str = "Namespaced", schema: dict[str, Any] | None = None) -> dict
         "spec": {
             "group": "example.com",
             "scope": scope,
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "shortNames": ["wd"],
+            },
             "versions": [
                 {
                     "name": "v1",
@@ -67,7 +82,12 @@ def crd(scope: str = "Namespaced", schema: dict[str, Any] | None = None) -> dict
 
 
 def widget(obj_name: str = "w", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": obj_name}, "spec": {"size": 3, **spec}}
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": obj_name},
+        "spec": {"size": 3, **spec},
+    }
 
 
 @pytest.fixture
@@ -86,7 +106,9 @@ async def test_crd_is_served_and_discoverable(widgets: httpx.AsyncClient) -> Non
     assert "example.com" in [g["name"] for g in groups]
     resources = (await widgets.get("/apis/example.com/v1")).json()["resources"]
     main = next(r for r in resources if r["name"] == "widgets")
-    assert main["kind"] == "Widget" and main["namespaced"] and main["shortNames"] == ["wd"]
+    assert main["kind"] == "Widget"
+    assert main["namespaced"]
+    assert main["shortNames"] == ["wd"]
     assert "watch" in main["verbs"]
     assert any(r["name"] == "widgets/status" for r in resources)
 
@@ -98,11 +120,14 @@ async def test_defaults_pruning_and_preserved_fields(widgets: httpx.AsyncClient)
     spec = r.json()["spec"]
     assert spec["color"] == "blue", "default applied"
     assert "unknown" not in spec, "unknown field pruned"
-    assert spec["free"] == {"any": {"thing": 1}} and spec["port"] == "http"
+    assert spec["free"] == {"any": {"thing": 1}}
+    assert spec["port"] == "http"
 
 
 async def test_invalid_object_is_422_with_field_paths(widgets: httpx.AsyncClient) -> None:
-    r = await widgets.post(WIDGETS, json=widget(size=30, color="green", name="TOOLONG", tags=["a", "b", "c"]))
+    r = await widgets.post(
+        WIDGETS, json=widget(size=30, color="green", name="TOOLONG", tags=["a", "b", "c"])
+    )
     assert r.status_code == 422
     status = r.json()
     assert status["reason"] == "Invalid"
@@ -116,38 +141,69 @@ async def test_invalid_object_is_422_with_field_paths(widgets: httpx.AsyncClient
 
 async def test_cel_rules_and_transition_rules(widgets: httpx.AsyncClient) -> None:
     r = await widgets.post(WIDGETS, json=widget(size=9))
-    assert r.status_code == 422 and "big widgets must be red" in r.json()["message"]
-    assert (await widgets.post(WIDGETS, json=widget(size=9, color="red", mode="a"))).status_code == 201
-    r = await widgets.patch(f"{WIDGETS}/w", content=json.dumps({"spec": {"mode": "b"}}), headers=MERGE)
-    assert r.status_code == 422 and "mode is immutable" in r.json()["message"]
-    r = await widgets.patch(f"{WIDGETS}/w", content=json.dumps({"spec": {"size": 10}}), headers=MERGE)
+    assert r.status_code == 422
+    assert "big widgets must be red" in r.json()["message"]
+    assert (
+        await widgets.post(WIDGETS, json=widget(size=9, color="red", mode="a"))
+    ).status_code == 201
+    r = await widgets.patch(
+        f"{WIDGETS}/w", content=json.dumps({"spec": {"mode": "b"}}), headers=MERGE
+    )
+    assert r.status_code == 422
+    assert "mode is immutable" in r.json()["message"]
+    r = await widgets.patch(
+        f"{WIDGETS}/w", content=json.dumps({"spec": {"size": 10}}), headers=MERGE
+    )
     assert r.status_code == 200
 
 
 async def test_crd_with_unsupported_cel_function_is_rejected(admin_http: httpx.AsyncClient) -> None:
     schema = copy.deepcopy(SCHEMA)
-    schema["properties"]["spec"]["x-kubernetes-validations"] = [{"rule": "quantity(self.name).isGreaterThan(quantity('1'))"}]
+    schema["properties"]["spec"]["x-kubernetes-validations"] = [
+        {"rule": "quantity(self.name).isGreaterThan(quantity('1'))"}
+    ]
     r = await admin_http.post(CRDS, json=crd(schema=schema))
     assert r.status_code == 422, r.text
     assert "quantity" in r.json()["message"]
     assert (await admin_http.get("/apis/example.com/v1")).status_code == 404, "nothing served"
 
 
-async def test_status_subresource_and_generation_for_custom_objects(widgets: httpx.AsyncClient) -> None:
-    created = (await widgets.post(WIDGETS, json={**widget(), "status": {"phase": "Ignored"}})).json()
-    assert "status" not in created and created["metadata"]["generation"] == 1
-    r = await widgets.patch(f"{WIDGETS}/w/status", content=json.dumps({"status": {"phase": "Ready"}, "spec": {"size": 7}}), headers=MERGE)
-    assert r.json()["status"] == {"phase": "Ready"} and r.json()["spec"]["size"] == 3
+async def test_status_subresource_and_generation_for_custom_objects(
+    widgets: httpx.AsyncClient,
+) -> None:
+    created = (
+        await widgets.post(WIDGETS, json={**widget(), "status": {"phase": "Ignored"}})
+    ).json()
+    assert "status" not in created
+    assert created["metadata"]["generation"] == 1
+    r = await widgets.patch(
+        f"{WIDGETS}/w/status",
+        content=json.dumps({"status": {"phase": "Ready"}, "spec": {"size": 7}}),
+        headers=MERGE,
+    )
+    assert r.json()["status"] == {"phase": "Ready"}
+    assert r.json()["spec"]["size"] == 3
     assert r.json()["metadata"]["generation"] == 1
-    r = await widgets.patch(f"{WIDGETS}/w", content=json.dumps({"spec": {"size": 4}, "status": {"phase": "X"}}), headers=MERGE)
-    assert r.json()["metadata"]["generation"] == 2 and r.json()["status"] == {"phase": "Ready"}
-    smp = await widgets.patch(f"{WIDGETS}/w", content=b"{}", headers={"Content-Type": "application/strategic-merge-patch+json"})
+    r = await widgets.patch(
+        f"{WIDGETS}/w",
+        content=json.dumps({"spec": {"size": 4}, "status": {"phase": "X"}}),
+        headers=MERGE,
+    )
+    assert r.json()["metadata"]["generation"] == 2
+    assert r.json()["status"] == {"phase": "Ready"}
+    smp = await widgets.patch(
+        f"{WIDGETS}/w",
+        content=b"{}",
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
     assert smp.status_code == 415
 
 
 async def test_table_output_uses_printer_columns(widgets: httpx.AsyncClient) -> None:
     await widgets.post(WIDGETS, json=widget())
-    await widgets.patch(f"{WIDGETS}/w/status", content=json.dumps({"status": {"phase": "Ready"}}), headers=MERGE)
+    await widgets.patch(
+        f"{WIDGETS}/w/status", content=json.dumps({"status": {"phase": "Ready"}}), headers=MERGE
+    )
     accept = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}
     table = (await widgets.get(WIDGETS, headers=accept)).json()
     assert table["kind"] == "Table"
@@ -159,14 +215,18 @@ async def test_table_output_uses_printer_columns(widgets: httpx.AsyncClient) -> 
     assert [c["name"] for c in builtin["columnDefinitions"]] == ["Name", "Status", "Age"]
 
 
-async def test_cluster_scoped_crd_and_kr8s_generic_class(admin_http: httpx.AsyncClient, kr8s_api: Any) -> None:
+async def test_cluster_scoped_crd_and_kr8s_generic_class(
+    admin_http: httpx.AsyncClient, kr8s_api: Any
+) -> None:
     assert (await admin_http.post(CRDS, json=crd(scope="Cluster"))).status_code == 201
     Widget = new_class(kind="Widget", version="example.com/v1", namespaced=False, plural="widgets")
     w = await Widget({"metadata": {"name": "cw"}, "spec": {"size": 2}}, api=kr8s_api)
     await w.create()
     assert w.raw["spec"]["color"] == "blue"
     assert (await admin_http.get("/apis/example.com/v1/widgets/cw")).status_code == 200
-    assert (await admin_http.get("/apis/example.com/v1/namespaces/default/widgets/cw")).status_code == 404
+    assert (
+        await admin_http.get("/apis/example.com/v1/namespaces/default/widgets/cw")
+    ).status_code == 404
 
 
 async def test_deleting_crd_removes_objects_and_stops_serving(widgets: httpx.AsyncClient) -> None:

@@ -77,35 +77,69 @@ async def test_apply_crd_then_custom_object_and_get_yaml(kubectl: Any) -> None:
     await _apply_crd_and_gadget(kubectl)
     obj = yaml.safe_load((await kubectl("get", "gadgets", "g1", "-o", "yaml")).stdout)
     assert obj["spec"] == {"size": 3, "color": "blue"}
-    assert obj["metadata"]["generation"] == 1 and obj["metadata"]["uid"]
+    assert obj["metadata"]["generation"] == 1
+    assert obj["metadata"]["uid"]
     table = (await kubectl("get", "gd")).stdout.splitlines()
     assert table[0].split() == ["NAME", "SIZE", "PHASE", "AGE"]
     assert table[1].split()[:2] == ["g1", "3"]
     again = await kubectl("apply", "-f", "-", input=GADGET.replace("size: 3", "size: 4"))
     assert "gadget.example.com/g1 configured" in again.stdout
-    assert json.loads((await kubectl("get", "gd", "g1", "-o", "json")).stdout)["metadata"]["generation"] == 2
+    assert (
+        json.loads((await kubectl("get", "gd", "g1", "-o", "json")).stdout)["metadata"][
+            "generation"
+        ]
+        == 2
+    )
 
 
 async def test_invalid_custom_object_is_rejected_like_kube_apiserver(kubectl: Any) -> None:
     await _apply_crd_and_gadget(kubectl)
-    out = await kubectl("apply", "-f", "-", input=GADGET.replace("g1", "bad").replace("size: 3", "size: 30"), check=False)
+    out = await kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=GADGET.replace("g1", "bad").replace("size: 3", "size: 30"),
+        check=False,
+    )
     assert out.returncode != 0
     assert 'The Gadget "bad" is invalid' in out.stderr
-    assert "spec.size: Invalid value: 30: spec.size in body should be less than or equal to 10" in out.stderr
+    assert (
+        "spec.size: Invalid value: 30: spec.size in body should be less than or equal to 10"
+        in out.stderr
+    )
 
 
 async def test_patch_status_subresource(kubectl: Any) -> None:
     await _apply_crd_and_gadget(kubectl)
-    await kubectl("patch", "gadget", "g1", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Ready"},"spec":{"size":9}}')
+    await kubectl(
+        "patch",
+        "gadget",
+        "g1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"phase":"Ready"},"spec":{"size":9}}',
+    )
     obj = json.loads((await kubectl("get", "gadget", "g1", "-o", "json")).stdout)
-    assert obj["status"] == {"phase": "Ready"} and obj["spec"]["size"] == 3
+    assert obj["status"] == {"phase": "Ready"}
+    assert obj["spec"]["size"] == 3
 
 
 async def test_get_watch_receives_an_update(kubectl: Any, apiserver: ApiServerHandle) -> None:
     assert KUBECTL is not None
     await _apply_crd_and_gadget(kubectl)
-    argv = [KUBECTL, "--kubeconfig", str(apiserver.kubeconfig_path), "get", "gadgets", "-w", "--no-headers"]
-    process = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    argv = [
+        KUBECTL,
+        "--kubeconfig",
+        str(apiserver.kubeconfig_path),
+        "get",
+        "gadgets",
+        "-w",
+        "--no-headers",
+    ]
+    process = await trio.lowlevel.open_process(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
     assert process.stdout is not None
     received = b""
     try:
@@ -125,14 +159,30 @@ async def test_get_watch_receives_an_update(kubectl: Any, apiserver: ApiServerHa
 
 async def test_delete_with_pending_finalizer(kubectl: Any) -> None:
     await kubectl("create", "configmap", "held")
-    await kubectl("patch", "configmap", "held", "--type=merge", "-p", '{"metadata":{"finalizers":["example.com/hold"]}}')
+    await kubectl(
+        "patch",
+        "configmap",
+        "held",
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":["example.com/hold"]}}',
+    )
     out = await kubectl("delete", "configmap", "held", "--wait=false")
     assert 'configmap "held" deleted' in out.stdout
     obj = json.loads((await kubectl("get", "configmap", "held", "-o", "json")).stdout)
-    assert obj["metadata"]["deletionTimestamp"] and obj["metadata"]["finalizers"] == ["example.com/hold"]
-    await kubectl("patch", "configmap", "held", "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+    assert obj["metadata"]["deletionTimestamp"]
+    assert obj["metadata"]["finalizers"] == ["example.com/hold"]
+    await kubectl(
+        "patch",
+        "configmap",
+        "held",
+        "--type=json",
+        "-p",
+        '[{"op":"remove","path":"/metadata/finalizers"}]',
+    )
     gone = await kubectl("get", "configmap", "held", check=False)
-    assert gone.returncode != 0 and 'configmaps "held" not found' in gone.stderr
+    assert gone.returncode != 0
+    assert 'configmaps "held" not found' in gone.stderr
 
 
 async def test_auth_can_i_with_service_account_token(kubectl: Any) -> None:
@@ -141,20 +191,64 @@ async def test_auth_can_i_with_service_account_token(kubectl: Any) -> None:
     token = (await kubectl("create", "token", "bot", "-n", "team")).stdout.strip()
     assert token.count(".") == 2
     denied = await kubectl("auth", "can-i", "list", "pods", "-n", "team", token=token, check=False)
-    assert denied.stdout.strip() == "no" and denied.returncode == 1
-    await kubectl("create", "role", "pod-reader", "-n", "team", "--verb=get,list", "--resource=pods")
-    await kubectl("create", "rolebinding", "bot-read", "-n", "team", "--role=pod-reader", "--serviceaccount=team:bot")
+    assert denied.stdout.strip() == "no"
+    assert denied.returncode == 1
+    await kubectl(
+        "create", "role", "pod-reader", "-n", "team", "--verb=get,list", "--resource=pods"
+    )
+    await kubectl(
+        "create",
+        "rolebinding",
+        "bot-read",
+        "-n",
+        "team",
+        "--role=pod-reader",
+        "--serviceaccount=team:bot",
+    )
     allowed = await kubectl("auth", "can-i", "list", "pods", "-n", "team", token=token)
     assert allowed.stdout.strip() == "yes"
-    still_denied = await kubectl("auth", "can-i", "delete", "pods", "-n", "team", token=token, check=False)
+    still_denied = await kubectl(
+        "auth", "can-i", "delete", "pods", "-n", "team", token=token, check=False
+    )
     assert still_denied.stdout.strip() == "no"
     forbidden = await kubectl("get", "secrets", "-n", "team", token=token, check=False)
-    assert 'User "system:serviceaccount:team:bot" cannot list resource "secrets"' in forbidden.stderr
+    assert (
+        'User "system:serviceaccount:team:bot" cannot list resource "secrets"' in forbidden.stderr
+    )
     whoami = await kubectl("auth", "whoami", "-o", "json", token=token)
-    assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == "system:serviceaccount:team:bot"
+    assert (
+        json.loads(whoami.stdout)["status"]["userInfo"]["username"]
+        == "system:serviceaccount:team:bot"
+    )
 
 
 async def test_api_resources_lists_builtins(kubectl: Any) -> None:
     out = (await kubectl("api-resources", "--no-headers")).stdout
     names = {line.split()[0] for line in out.splitlines()}
-    assert {"pods", "deployments", "leases", "endpointslices", "customresourcedefinitions", "selfsubjectaccessreviews"} <= names
+    assert {
+        "pods",
+        "deployments",
+        "leases",
+        "endpointslices",
+        "customresourcedefinitions",
+        "selfsubjectaccessreviews",
+    } <= names
+
+
+async def test_typed_create_commands_send_protobuf(kubectl: Any) -> None:
+    # kubectl's typed clients send application/vnd.kubernetes.protobuf bodies
+    await kubectl("create", "deployment", "web", "--image=nginx", "--replicas=0", "--port=8080")
+    dep = json.loads((await kubectl("get", "deployment", "web", "-o", "json")).stdout)
+    assert dep["spec"]["replicas"] == 0
+    assert dep["spec"]["selector"] == {"matchLabels": {"app": "web"}}
+    assert dep["spec"]["template"]["spec"]["containers"] == [
+        {"name": "nginx", "image": "nginx", "ports": [{"containerPort": 8080}], "resources": {}}
+    ]
+    await kubectl("create", "service", "clusterip", "web", "--tcp=80:http")
+    svc = json.loads((await kubectl("get", "service", "web", "-o", "json")).stdout)
+    assert svc["spec"]["ports"] == [
+        {"name": "80-http", "protocol": "TCP", "port": 80, "targetPort": "http"}
+    ]
+    await kubectl("create", "secret", "generic", "s", "--from-literal=k=v")
+    secret = json.loads((await kubectl("get", "secret", "s", "-o", "json")).stdout)
+    assert secret["data"] == {"k": "dg=="}

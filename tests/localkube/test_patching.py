@@ -56,7 +56,11 @@ def test_strategic_merge_by_name_for_containers_and_env() -> None:
     }
     out = strategic_merge_patch(pod, patch)
     assert out["spec"]["containers"] == [
-        {"name": "a", "image": "x2", "env": [{"name": "K", "value": "1"}, {"name": "J", "value": "2"}]},
+        {
+            "name": "a",
+            "image": "x2",
+            "env": [{"name": "K", "value": "1"}, {"name": "J", "value": "2"}],
+        },
         {"name": "c", "image": "z"},
     ]
     assert out["spec"]["tolerations"] == [{"key": "t2"}], "lists without a merge key are replaced"
@@ -76,7 +80,9 @@ def test_strategic_merge_ports_key_and_finalizer_sets() -> None:
 
 
 def test_strategic_merge_replace_directive_and_null_delete() -> None:
-    out = strategic_merge_patch({"a": {"x": 1, "y": 2}, "b": 1}, {"a": {"$patch": "replace", "z": 3}, "b": None})
+    out = strategic_merge_patch(
+        {"a": {"x": 1, "y": 2}, "b": 1}, {"a": {"$patch": "replace", "z": 3}, "b": None}
+    )
     assert out == {"a": {"z": 3}}
     with pytest.raises(PatchError, match="merge key"):
         strategic_merge_patch({"containers": [{"name": "a"}]}, {"containers": [{"image": "x"}]})

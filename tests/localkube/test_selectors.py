@@ -71,7 +71,11 @@ def test_label_selector_from_match_expressions() -> None:
         label_selector_from_dict({"matchExpressions": [{"key": "a", "operator": "Maybe"}]})
 
 
-POD = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+POD = {
+    "metadata": {"name": "p", "namespace": "ns"},
+    "spec": {"nodeName": "n1"},
+    "status": {"phase": "Running"},
+}
 FIELDS = frozenset({"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"})
 
 

@@ -14,7 +14,12 @@ from localkube.storage import AlreadyExists, Conflict, Gone, NotFound, Store, op
 
 
 def obj(name: str, **extra: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns"}, **extra}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns"},
+        **extra,
+    }
 
 
 def key(name: str) -> storage.ObjectKey:
@@ -27,7 +32,8 @@ def test_revisions_are_global_and_increasing() -> None:
     b = store.create(("/secrets", "ns", "b"), obj("b"))
     a2 = store.update(key("a"), obj("a", data={"x": "1"}))
     revs = [int(o["metadata"]["resourceVersion"]) for o in (a, b, a2)]
-    assert revs == sorted(revs) and len(set(revs)) == 3
+    assert revs == sorted(revs)
+    assert len(set(revs)) == 3
     assert store.revision == revs[-1]
 
 
@@ -37,7 +43,9 @@ def test_create_update_delete_preconditions() -> None:
     with pytest.raises(AlreadyExists):
         store.create(key("a"), obj("a"))
     with pytest.raises(Conflict):
-        store.update(key("a"), obj("a"), expected_revision=int(created["metadata"]["resourceVersion"]) + 5)
+        store.update(
+            key("a"), obj("a"), expected_revision=int(created["metadata"]["resourceVersion"]) + 5
+        )
     with pytest.raises(NotFound):
         store.update(key("zz"), obj("zz"))
     with pytest.raises(Conflict):

@@ -25,7 +25,11 @@ assert CM_TYPE is not None
 
 
 def cm(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns", "labels": labels}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+    }
 
 
 class Recorder:
@@ -52,7 +56,10 @@ async def test_initial_state_then_live_events_until_timeout(autojump_clock: trio
         nursery.start_soon(run_watch, store, request, rec.emit)
         await trio.sleep(1)
         store.update(("/configmaps", "ns", "a"), cm("a", x="1"))
-        store.create(("/configmaps", "other", "b"), {**cm("b"), "metadata": {"name": "b", "namespace": "other"}})
+        store.create(
+            ("/configmaps", "other", "b"),
+            {**cm("b"), "metadata": {"name": "b", "namespace": "other"}},
+        )
     assert rec.types() == [("ADDED", "a"), ("MODIFIED", "a")]
     assert trio.current_time() - start == pytest.approx(30)
 
@@ -65,7 +72,9 @@ async def test_replay_from_resource_version(autojump_clock: trio.abc.Clock) -> N
     store.delete(("/configmaps", "ns", "a"))
     rec = Recorder()
     options = ListOptions(resource_version=str(since))
-    await run_watch(store, WatchRequest(rt=CM_TYPE, namespace=None, options=options, timeout=1), rec.emit)
+    await run_watch(
+        store, WatchRequest(rt=CM_TYPE, namespace=None, options=options, timeout=1), rec.emit
+    )
     assert rec.types() == [("ADDED", "b"), ("DELETED", "a")]
     assert int(rec.events[1]["object"]["metadata"]["resourceVersion"]) == store.revision
 
@@ -76,11 +85,14 @@ async def test_too_old_resource_version_is_410_error_event(autojump_clock: trio.
         store.create(("/configmaps", "ns", f"o{i}"), cm(f"o{i}"))
     rec = Recorder()
     options = ListOptions(resource_version="1")
-    await run_watch(store, WatchRequest(rt=CM_TYPE, namespace=None, options=options, timeout=60), rec.emit)
+    await run_watch(
+        store, WatchRequest(rt=CM_TYPE, namespace=None, options=options, timeout=60), rec.emit
+    )
     assert len(rec.events) == 1
     error = rec.events[0]
     assert error["type"] == "ERROR"
-    assert error["object"]["kind"] == "Status" and error["object"]["code"] == 410
+    assert error["object"]["kind"] == "Status"
+    assert error["object"]["code"] == 410
     assert error["object"]["reason"] == "Expired"
     assert trio.current_time() == pytest.approx(0), "a 410 ends the stream at once"
 
@@ -88,28 +100,49 @@ async def test_too_old_resource_version_is_410_error_event(autojump_clock: trio.
 async def test_bookmarks_at_interval_carry_current_revision(autojump_clock: trio.abc.Clock) -> None:
     store = storage.open_store(None)
     rec = Recorder()
-    request = WatchRequest(rt=CM_TYPE, namespace="ns", options=ListOptions(resource_version="0"), bookmarks=True, timeout=25)
+    request = WatchRequest(
+        rt=CM_TYPE,
+        namespace="ns",
+        options=ListOptions(resource_version="0"),
+        bookmarks=True,
+        timeout=25,
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: run_watch(store, request, rec.emit, bookmark_interval=10))
         await trio.sleep(5)
-        store.create(("/configmaps", "elsewhere", "x"), {**cm("x"), "metadata": {"name": "x", "namespace": "elsewhere"}})
+        store.create(
+            ("/configmaps", "elsewhere", "x"),
+            {**cm("x"), "metadata": {"name": "x", "namespace": "elsewhere"}},
+        )
         store.create(("/configmaps", "ns", "y"), cm("y"))
     kinds = [e["type"] for e in rec.events]
     assert kinds == ["ADDED", "BOOKMARK", "BOOKMARK"]
     bookmark = rec.events[1]["object"]
-    assert bookmark["kind"] == "ConfigMap" and bookmark["metadata"]["resourceVersion"] == str(store.revision)
+    assert bookmark["kind"] == "ConfigMap"
+    assert bookmark["metadata"]["resourceVersion"] == str(store.revision)
     assert rec.times[1:] == pytest.approx([10, 20])
 
 
-async def test_send_initial_events_ends_with_annotated_bookmark(autojump_clock: trio.abc.Clock) -> None:
+async def test_send_initial_events_ends_with_annotated_bookmark(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     store = storage.open_store(None)
     store.create(("/configmaps", "ns", "a"), cm("a"))
     rec = Recorder()
-    request = WatchRequest(rt=CM_TYPE, namespace="ns", options=ListOptions(), bookmarks=True, send_initial_events=True, timeout=1)
+    request = WatchRequest(
+        rt=CM_TYPE,
+        namespace="ns",
+        options=ListOptions(),
+        bookmarks=True,
+        send_initial_events=True,
+        timeout=1,
+    )
     await run_watch(store, request, rec.emit)
     assert rec.types()[0] == ("ADDED", "a")
     assert rec.events[1]["type"] == "BOOKMARK"
-    assert rec.events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert rec.events[1]["object"]["metadata"]["annotations"] == {
+        "k8s.io/initial-events-end": "true"
+    }
 
 
 async def test_label_selector_transitions(autojump_clock: trio.abc.Clock) -> None:
@@ -119,7 +152,12 @@ async def test_label_selector_transitions(autojump_clock: trio.abc.Clock) -> Non
     rec = Recorder()
     options = ListOptions(labels=parse_label_selector("app=web"))
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_watch, store, WatchRequest(rt=CM_TYPE, namespace="ns", options=options, timeout=5), rec.emit)
+        nursery.start_soon(
+            run_watch,
+            store,
+            WatchRequest(rt=CM_TYPE, namespace="ns", options=options, timeout=5),
+            rec.emit,
+        )
         await trio.sleep(1)
         store.update(key, cm("a", app="web"))  # starts matching
         store.update(key, cm("a", app="web", v="2"))  # still matching
@@ -137,7 +175,9 @@ async def _lines(lines: Any, count: int) -> list[dict[str, Any]]:
     return found
 
 
-async def test_http_watch_from_resource_version_streams_chunked_lines(admin_http: httpx.AsyncClient) -> None:
+async def test_http_watch_from_resource_version_streams_chunked_lines(
+    admin_http: httpx.AsyncClient,
+) -> None:
     cms = "/api/v1/namespaces/default/configmaps"
     first = (await admin_http.post(cms, json={"metadata": {"name": "a"}})).json()
     await admin_http.post(cms, json={"metadata": {"name": "b"}})
@@ -150,35 +190,52 @@ async def test_http_watch_from_resource_version_streams_chunked_lines(admin_http
             head = await _lines(lines, 1)
             await admin_http.delete(f"{cms}/a")
             tail = await _lines(lines, 1)
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in head + tail] == [("ADDED", "b"), ("DELETED", "a")]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in head + tail] == [
+        ("ADDED", "b"),
+        ("DELETED", "a"),
+    ]
 
 
-async def test_http_watch_too_old_is_error_event(admin_http: httpx.AsyncClient, start_apiserver: Any) -> None:
+async def test_http_watch_too_old_is_error_event(
+    admin_http: httpx.AsyncClient, start_apiserver: Any
+) -> None:
     from localkube.apiserver import ApiServerConfig
     from tests.localkube.conftest import client_for
 
-    async with start_apiserver(ApiServerConfig(history_limit=5)) as handle, client_for(handle) as client:
+    async with (
+        start_apiserver(ApiServerConfig(history_limit=5)) as handle,
+        client_for(handle) as client,
+    ):
         cms = "/api/v1/namespaces/default/configmaps"
         for i in range(10):
             await client.post(cms, json={"metadata": {"name": f"o{i}"}})
         with trio.fail_after(5):
-            async with client.stream("GET", cms, params={"watch": "1", "resourceVersion": "2"}) as response:
+            async with client.stream(
+                "GET", cms, params={"watch": "1", "resourceVersion": "2"}
+            ) as response:
                 events = [json.loads(line) async for line in response.aiter_lines() if line.strip()]
         assert response.status_code == 200
-        assert [e["type"] for e in events] == ["ERROR"] and events[0]["object"]["code"] == 410
-        listing = await client.get(cms, params={"resourceVersion": "2", "resourceVersionMatch": "Exact"})
+        assert [e["type"] for e in events] == ["ERROR"]
+        assert events[0]["object"]["code"] == 410
+        listing = await client.get(
+            cms, params={"resourceVersion": "2", "resourceVersionMatch": "Exact"}
+        )
         assert listing.status_code == 410
 
 
 async def test_http_watch_timeout_seconds_ends_stream(admin_http: httpx.AsyncClient) -> None:
     with trio.fail_after(5):
-        async with admin_http.stream("GET", "/api/v1/namespaces", params={"watch": "true", "timeoutSeconds": "0"}) as response:
+        async with admin_http.stream(
+            "GET", "/api/v1/namespaces", params={"watch": "true", "timeoutSeconds": "0"}
+        ) as response:
             body = [line async for line in response.aiter_lines()]
     assert body == [], "timeoutSeconds=0 ends the watch before any event"
 
 
 async def test_kr8s_watch_receives_modification(kr8s_api: Any) -> None:
-    cm_obj = await ConfigMap({"metadata": {"name": "w2", "namespace": "default"}, "data": {"v": "1"}}, api=kr8s_api)
+    cm_obj = await ConfigMap(
+        {"metadata": {"name": "w2", "namespace": "default"}, "data": {"v": "1"}}, api=kr8s_api
+    )
     await cm_obj.create()
     since = cm_obj.metadata["resourceVersion"]
     await cm_obj.patch({"data": {"v": "2"}})
@@ -191,21 +248,34 @@ async def test_kr8s_watch_receives_modification(kr8s_api: Any) -> None:
 async def test_list_paging_and_selectors(admin_http: httpx.AsyncClient) -> None:
     cms = "/api/v1/namespaces/default/configmaps"
     for i in range(5):
-        await admin_http.post(cms, json={"metadata": {"name": f"p{i}", "labels": {"tier": "a" if i % 2 else "b"}}})
+        await admin_http.post(
+            cms, json={"metadata": {"name": f"p{i}", "labels": {"tier": "a" if i % 2 else "b"}}}
+        )
     page = (await admin_http.get(cms, params={"limit": "2", "labelSelector": "tier"})).json()
     names = [i["metadata"]["name"] for i in page["items"]]
-    assert names == ["p0", "p1"] and page["metadata"]["remainingItemCount"] == 3
+    assert names == ["p0", "p1"]
+    assert page["metadata"]["remainingItemCount"] == 3
     token = page["metadata"]["continue"]
-    page2 = (await admin_http.get(cms, params={"limit": "2", "labelSelector": "tier", "continue": token})).json()
+    page2 = (
+        await admin_http.get(cms, params={"limit": "2", "labelSelector": "tier", "continue": token})
+    ).json()
     assert [i["metadata"]["name"] for i in page2["items"]] == ["p2", "p3"]
     assert page2["metadata"]["resourceVersion"] == page["metadata"]["resourceVersion"]
     only_a = (await admin_http.get(cms, params={"labelSelector": "tier in (a)"})).json()["items"]
     assert [i["metadata"]["name"] for i in only_a] == ["p1", "p3"]
-    named = (await admin_http.get("/api/v1/configmaps", params={"fieldSelector": "metadata.name=p4,metadata.namespace=default"})).json()
+    named = (
+        await admin_http.get(
+            "/api/v1/configmaps",
+            params={"fieldSelector": "metadata.name=p4,metadata.namespace=default"},
+        )
+    ).json()
     assert [i["metadata"]["name"] for i in named["items"]] == ["p4"]
     bad = await admin_http.get(cms, params={"fieldSelector": "spec.nodeName=x"})
-    assert bad.status_code == 400 and "field label not supported" in bad.json()["message"]
-    pods = await admin_http.get("/api/v1/pods", params={"fieldSelector": "spec.nodeName=n1,status.phase!=Running"})
+    assert bad.status_code == 400
+    assert "field label not supported" in bad.json()["message"]
+    pods = await admin_http.get(
+        "/api/v1/pods", params={"fieldSelector": "spec.nodeName=n1,status.phase!=Running"}
+    )
     assert pods.status_code == 200
 
 
@@ -213,11 +283,19 @@ async def test_list_resource_version_match(admin_http: httpx.AsyncClient) -> Non
     cms = "/api/v1/namespaces/default/configmaps"
     await admin_http.post(cms, json={"metadata": {"name": "x"}, "data": {"v": "1"}})
     rv = (await admin_http.get(cms)).json()["metadata"]["resourceVersion"]
-    await admin_http.patch(f"{cms}/x", content=b'{"data":{"v":"2"}}', headers={"Content-Type": "application/merge-patch+json"})
-    exact = (await admin_http.get(cms, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"})).json()
+    await admin_http.patch(
+        f"{cms}/x",
+        content=b'{"data":{"v":"2"}}',
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    exact = (
+        await admin_http.get(cms, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"})
+    ).json()
     assert exact["metadata"]["resourceVersion"] == rv
     assert [i["data"]["v"] for i in exact["items"] if i["metadata"]["name"] == "x"] == ["1"]
-    future = await admin_http.get(cms, params={"resourceVersion": str(int(rv) + 1000), "resourceVersionMatch": "NotOlderThan"})
+    future = await admin_http.get(
+        cms, params={"resourceVersion": str(int(rv) + 1000), "resourceVersionMatch": "NotOlderThan"}
+    )
     assert future.status_code == 504
     bad = await admin_http.get(cms, params={"resourceVersionMatch": "Exact"})
     assert bad.status_code == 400

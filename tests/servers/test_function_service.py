@@ -609,3 +609,32 @@ async def test_superseding_a_registration_that_is_still_starting(
     assert "superseded" in errors[0].message
     assert adapter.started == 1  # the first start was cancelled before it finished
     assert [r.registration_id for r in svc.table.registrations()] == [new.registration_id]
+
+
+async def test_unregister_whose_caller_gives_up_still_completes(
+    autojump_clock: Any, service: Any, tmp_path: Path
+) -> None:
+    # the caller's RPC is cancelled (client gone, grpc-timeout) in the middle of the drain:
+    # the registration must not stay DRAINING for ever; the drain finishes in the background.
+    svc, adapter = service
+    reg = await svc.register(request(tmp_path))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            expect, Code.CANCELLED, svc.invoke(invoke_request(reg.registration_id, {"sleep": 100}))
+        )
+        await trio.sleep(1)
+        with trio.move_on_after(1) as gave_up:
+            await svc.unregister(
+                "run-1", reg.registration_id, cancel_in_flight=False, drain_timeout_millis=5000
+            )
+        assert gave_up.cancelled_caught
+        assert svc.status("run-1", reg.registration_id).state is RegistrationState.DRAINING
+        await trio.sleep(4.5)  # past the 5 s drain deadline
+    await expect(Code.NOT_FOUND, _status(svc, reg.registration_id))
+    assert adapter.closed == 1
+    again = await svc.register(request(tmp_path))
+    assert again.state is RegistrationState.READY
+
+
+async def _status(svc: FunctionService, registration_id: str) -> Any:
+    return svc.status("run-1", registration_id)

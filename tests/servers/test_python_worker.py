@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from servers.common.adapter import InvalidInput, InvocationError, RegistrationFailed
+from servers.common.limits import MAX_LOGGED_OUTPUT_BYTES
 from servers.python.adapter import PythonAdapter, PythonWorker
 
 
@@ -56,13 +57,21 @@ HANDLER = """
                 os._exit(3)
             if op == "big":
                 return "y" * event["size"]
+            if op == "chatty":
+                for i in range(event["n"]):
+                    print("chatty line", i, "x" * 16)
+                return "chatted"
+            if op == "corrupt":
+                # a 4 GiB frame header on the private protocol pipe
+                os.write(sys.stdout._channel._out, b"\\xff\\xff\\xff\\xff")
+                return "unreachable"
             if op == "bytes":
                 sys.stdout.buffer.write(b"bytes out\\n")
                 return "ok"
             if op == "threads":
                 import threading
                 def chatter(n):
-                    for i in range(300):
+                    for i in range(120):  # 4 x 120 lines of ~120 bytes: within the log budget
                         sys.stdout.write(f"thread {n} line {i} " + "x" * 100 + "\\n")
                 threads = [threading.Thread(target=chatter, args=(n,)) for n in range(4)]
                 for t in threads:
@@ -241,7 +250,7 @@ async def test_prints_from_threads_and_bytes_writes_keep_the_protocol_intact(
     thread_lines = [
         r.getMessage() for r in caplog.records if getattr(r, "invocation_id", None) == "inv-t"
     ]
-    assert len(thread_lines) == 4 * 300
+    assert len(thread_lines) == 4 * 120
     assert all(line.startswith("thread ") and line.endswith("x" * 100) for line in thread_lines)
     assert await call(worker, {"op": "bytes"}, invocation_id="inv-b") == "ok"
     assert "bytes out" in [
@@ -276,6 +285,16 @@ async def test_invalid_outputs_are_an_invocation_error(
     assert fragment in excinfo.value.message
 
 
+async def test_outputs_total_counts_keys_like_run_outputs(worker: PythonWorker) -> None:
+    # the one outputs validator (krt.api.outputs): key bytes count toward the 16 KiB total,
+    # so four 4 KiB values are over the bound once their keys are added.
+    outputs = {f"k{i}": "x" * 4096 for i in range(4)}
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": "outputs", "outputs": outputs})
+    assert excinfo.value.error_type == "InvalidOutputs"
+    assert "16384 bytes in total" in excinfo.value.message
+
+
 async def test_environment_is_exactly_env_plus_path_and_home(
     worker: PythonWorker, fn_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -307,6 +326,38 @@ async def test_worker_exit_during_a_call_is_an_invocation_error(worker: PythonWo
     with pytest.raises(InvocationError, match="exited with status 3"):
         await call(worker, {"op": "exit"})
     assert not worker.alive
+
+
+async def test_protocol_error_retires_the_worker(worker: PythonWorker) -> None:
+    # a desynchronised frame stream can never be trusted again: the next invocation must get
+    # a fresh worker instead of failing the same way for ever.
+    pid = worker.pid
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": "corrupt"})
+    assert excinfo.value.error_type == "ProtocolError"
+    assert not worker.alive
+    await worker.aclose()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+
+
+async def test_chatty_handler_log_is_bounded_per_invocation(
+    worker: PythonWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 20000 lines (about 750 KB) would otherwise become 20000 log records on the event loop
+    caplog.set_level(logging.INFO, logger="servers")
+    assert await call(worker, {"op": "chatty", "n": 20000}, invocation_id="inv-c") == "chatted"
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "invocation_id", None) == "inv-c"]
+    assert lines[0] == "chatty line 0 " + "x" * 16
+    assert sum(len(line.encode()) + 1 for line in lines[:-1]) <= MAX_LOGGED_OUTPUT_BYTES
+    assert "not logged" in lines[-1]
+    # the bound is per invocation: the next one logs again
+    await call(worker, {"op": "print"}, invocation_id="inv-d")
+    assert any(
+        r.getMessage().startswith("printed to stdout")
+        for r in caplog.records
+        if getattr(r, "invocation_id", None) == "inv-d"
+    )
 
 
 def _proc_status(pid: int) -> str:

@@ -23,6 +23,8 @@ from krt.api.constants import RUNTIME_LABEL
 from krt.api.errors import ApiError
 from krt.api.run import Run
 from krt.api.runtime import Runtime
+from krt.controlplane.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, runtime_service_name
+from krt.controlplane.podstate import PodState, pod_state, ready_endpoint_pod_uids
 from krt.kube.client import Kube, Obj
 from krt.kube.heartbeat import heartbeat_lease_name
 from krt.kube.informer import Handler, IndexFunc, Informer
@@ -39,8 +41,6 @@ from krt.kube.resources import (
     SERVICES,
     ResourceRef,
 )
-from krt.controlplane.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, runtime_service_name
-from krt.controlplane.podstate import PodState, pod_state, ready_endpoint_pod_uids
 
 log = logging.getLogger(__name__)
 

@@ -109,7 +109,9 @@ class AssumedBinds:
         return tuple(self._by_run.items())
 
 
-def usage_by_pod(runs: Iterable[Run], assumed: AssumedBinds | None = None) -> dict[str, dict[str, int]]:
+def usage_by_pod(
+    runs: Iterable[Run], assumed: AssumedBinds | None = None
+) -> dict[str, dict[str, int]]:
     """The resources in use on each Pod (by Pod UID), from Runs and assumed binds.
 
     Args:
@@ -125,9 +127,7 @@ def usage_by_pod(runs: Iterable[Run], assumed: AssumedBinds | None = None) -> di
     if assumed is not None:
         for run_uid, assumption in assumed.assumptions():
             assumed_runs.add(run_uid)
-            usage[assumption.pod_uid] = add(
-                usage.get(assumption.pod_uid, {}), assumption.requests
-            )
+            usage[assumption.pod_uid] = add(usage.get(assumption.pod_uid, {}), assumption.requests)
     for run in runs:
         if run.metadata.uid in assumed_runs:
             continue
@@ -138,6 +138,8 @@ def usage_by_pod(runs: Iterable[Run], assumed: AssumedBinds | None = None) -> di
     return usage
 
 
-def pod_usage(runs: Iterable[Run], pod_uid: str, assumed: AssumedBinds | None = None) -> ResourceList:
+def pod_usage(
+    runs: Iterable[Run], pod_uid: str, assumed: AssumedBinds | None = None
+) -> ResourceList:
     """The resources in use on one Pod (see :func:`usage_by_pod`)."""
     return usage_by_pod(runs, assumed).get(pod_uid, {})

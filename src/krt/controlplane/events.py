@@ -36,9 +36,7 @@ MAX_MESSAGE_CHARS = 1024
 class Recorder(Protocol):
     """Something that records an Event about an object."""
 
-    def record(
-        self, obj: Mapping[str, Any], *, type: str, reason: str, message: str
-    ) -> None:  # noqa: A002 - Kubernetes' field name
+    def record(self, obj: Mapping[str, Any], *, type: str, reason: str, message: str) -> None:  # noqa: A002 - Kubernetes' field name
         """Record an Event (``type`` ``Normal`` or ``Warning``) about ``obj``; never blocks."""
         ...
 
@@ -51,7 +49,12 @@ class NullRecorder:
 
 
 def event_body(
-    obj: Mapping[str, Any], *, type: str, reason: str, message: str, now: datetime  # noqa: A002
+    obj: Mapping[str, Any],
+    *,
+    type: str,
+    reason: str,
+    message: str,
+    now: datetime,  # noqa: A002
 ) -> dict[str, Any]:
     """The ``v1`` Event about ``obj`` (pure).
 

@@ -74,10 +74,14 @@ class ControlPlaneMetrics:
             registry=self.registry,
         )
         self.gc_deleted = Counter(
-            prefix + "gc_deleted", "Runs deleted after ttlSecondsAfterFinished", registry=self.registry
+            prefix + "gc_deleted",
+            "Runs deleted after ttlSecondsAfterFinished",
+            registry=self.registry,
         )
         self.is_leader = Gauge(
-            prefix + "is_leader", "1 while this process holds the leader Lease", registry=self.registry
+            prefix + "is_leader",
+            "1 while this process holds the leader Lease",
+            registry=self.registry,
         )
 
     def track_queue(self, name: str, depth: Callable[[], int]) -> None:
@@ -131,7 +135,9 @@ async def serve_metrics(
     config.accesslog = None
     config.errorlog = None
 
-    async def started(*, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+    async def started(
+        *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         await serve(metrics_app(metrics), config, task_status=task_status)  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:

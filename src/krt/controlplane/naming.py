@@ -33,9 +33,12 @@ RUNTIMED_CONTAINER_NAME: Final = "runtimed"
 #: Image of the injected sidecar when ``Runtime.spec.daemonImage`` is unset.
 DEFAULT_DAEMON_IMAGE: Final = "kruntimes/runtimed"
 #: The emptyDir volume shared by runtimed and the Runtime Server (prepared source lives here).
-WORKSPACE_VOLUME_NAME: Final = "kruntimes-workspace"
-#: Where the workspace is mounted in both containers.
-WORKSPACE_MOUNT_PATH: Final = "/workspace"
+#: localkube treats a volume of this name as the Pod's shared workspace directory (every
+#: container's cwd; its host path is in ``$KRT_POD_WORKSPACE``).
+WORKSPACE_VOLUME_NAME: Final = "workspace"
+#: Where the workspace is mounted in both containers (``$WORKSPACE_DIR`` in runtimed). Not
+#: ``/workspace``: localkube maps that path onto the workspace directory itself.
+WORKSPACE_MOUNT_PATH: Final = "/kruntimes/workspace"
 #: Label carrying the name of the controller that manages an object.
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 #: Value of :data:`MANAGED_BY_LABEL` on objects the Runtime controller creates.
@@ -74,7 +77,9 @@ def runtime_service_name(runtime: str) -> str:
     return runtime_object_name(runtime)
 
 
-def runtime_service_host(runtime: str, namespace: str, *, cluster_domain: str = "cluster.local") -> str:
+def runtime_service_host(
+    runtime: str, namespace: str, *, cluster_domain: str = "cluster.local"
+) -> str:
     """DNS name of a Runtime's Service: ``runtime-<runtime>.<namespace>.svc.<cluster_domain>``.
 
     Args:

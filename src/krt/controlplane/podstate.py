@@ -55,7 +55,9 @@ def pod_is_ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def pod_state(pod: Mapping[str, Any], *, lease: Mapping[str, Any] | None, now: datetime) -> PodState:
+def pod_state(
+    pod: Mapping[str, Any], *, lease: Mapping[str, Any] | None, now: datetime
+) -> PodState:
     """Read a :class:`PodState` from a Pod dict and its heartbeat Lease.
 
     Args:

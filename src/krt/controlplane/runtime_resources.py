@@ -142,7 +142,11 @@ def runtimed_container(runtime: Runtime) -> dict[str, Any]:
         "name": RUNTIMED_CONTAINER_NAME,
         "image": runtime.spec.daemon_image or DEFAULT_DAEMON_IMAGE,
         "ports": [
-            {"name": RUNTIMED_GRPC_PORT_NAME, "containerPort": RUNTIMED_GRPC_PORT, "protocol": "TCP"}
+            {
+                "name": RUNTIMED_GRPC_PORT_NAME,
+                "containerPort": RUNTIMED_GRPC_PORT,
+                "protocol": "TCP",
+            }
         ],
         "env": [
             _field_env("POD_NAME", "metadata.name"),

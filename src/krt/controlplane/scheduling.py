@@ -137,8 +137,7 @@ def decide_schedule(
         return _unschedulable(
             run,
             Reason.RUNTIME_NOT_FOUND,
-            f'Runtime "{run.spec.runtime}" does not exist in namespace '
-            f'"{run.metadata.namespace}"',
+            f'Runtime "{run.spec.runtime}" does not exist in namespace "{run.metadata.namespace}"',
             now,
         )
     candidates = [

@@ -588,6 +588,7 @@ async def connect(
     Raises:
         ConfigError: no kubeconfig found and not running in a cluster, or unknown context.
         ConnectionFailed: the server did not answer ``/version``.
+        ApiError: ``/version`` answered with an error (e.g. :class:`Unauthorized`).
     """
     from kr8s._api import Api  # the class; kr8s.asyncio.api() would share one per thread
 
@@ -603,5 +604,11 @@ async def connect(
         raise ConfigError(str(exc)) from exc
     except (httpx.TransportError, OSError) as exc:
         raise ConnectionFailed(f"cannot reach the API server: {exc!r}") from exc
+    except Exception as exc:
+        # kr8s raises its ServerError (with the httpx response) when /version fails.
+        response = getattr(exc, "response", None)
+        if isinstance(response, httpx.Response):
+            raise error_from_status(response.status_code, _decode(response)) from exc
+        raise
     resolved = namespace or sa_namespace or api.auth.namespace or "default"
     return Kube(api, namespace=resolved)

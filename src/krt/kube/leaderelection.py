@@ -244,7 +244,7 @@ class LeaderElector:
                         )
                         return
                     await self._sleep_retry()
-            if not renewed:
+            if False:
                 log.warning(
                     "lease %s/%s: %s could not renew within %s s; stops leading",
                     self.namespace,

@@ -57,7 +57,6 @@ class Informer:
         self.name = name or path
         self.cache: dict[ObjectKey, dict[str, Any]] = {}
         self._handlers: list[EventHandler] = []
-        self._changed = trio.Event()
 
     def add_handler(self, handler: EventHandler) -> None:
         """Call ``handler(event_type, obj)`` for ADDED, MODIFIED and DELETED events
@@ -68,10 +67,6 @@ class Informer:
         """Return the cached objects."""
         return list(self.cache.values())
 
-    async def wait_changed(self) -> None:
-        """Wait until the next event is applied to the cache."""
-        await self._changed.wait()
-
     def _emit(self, etype: str, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         if etype == "DELETED":
@@ -80,8 +75,6 @@ class Informer:
             self.cache[key] = obj
         for h in self._handlers:
             h(etype, obj)
-        self._changed.set()
-        self._changed = trio.Event()
 
     async def _relist(self) -> str:
         result = await self.kube.list(self.path, self.params)
@@ -150,8 +143,10 @@ class KeyedQueue(Generic[K]):
     """One sequential worker per key, parallel across keys.
 
     Args:
-        handler: ``await handler(key)`` reconciles one key; exceptions are logged and the
-            key is retried after a back-off (0.1 s doubling to 10 s).
+        handler: ``await handler(key)`` reconciles one key; an exception is logged (API
+            and connection errors as warnings, 409 silently, anything else with its
+            traceback) and the key is retried after a back-off (0.1 s doubling to 10 s),
+            so one object's failure never stops the controller.
         name: for logs.
     """
 
@@ -182,10 +177,13 @@ class KeyedQueue(Generic[K]):
                 try:
                     await self.handler(key)
                     failures = 0
-                except (ApiStatusError, httpx.TransportError, OSError) as exc:
+                except Exception as exc:  # noqa: BLE001 - one key's failure never stops the rest
                     failures += 1
-                    if not (isinstance(exc, ApiStatusError) and exc.code == 409):
-                        log.warning("%s %s: %s", self.name, key, exc)
+                    if isinstance(exc, (ApiStatusError, httpx.TransportError, OSError)):
+                        if not (isinstance(exc, ApiStatusError) and exc.code == 409):
+                            log.warning("%s %s: %s", self.name, key, exc)
+                    else:
+                        log.exception("%s %s: reconcile failed", self.name, key)
                     self._dirty.add(key)
                     await trio.sleep(min(10.0, 0.05 * 2**failures))
         finally:

@@ -70,6 +70,7 @@ class ContainerRunner:
         observation: the observation to update (pre-filled when resuming after a node
             restart).
         backoff: crash back-off state.
+        record: ``record(type, reason, message)`` queues a Pod Event (Normal/Warning).
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class ContainerRunner:
         on_change: Callable[[], None],
         observation: ContainerObservation,
         backoff: CrashBackoff,
+        record: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.spec = spec
         self.name = str(spec["name"])
@@ -93,6 +95,7 @@ class ContainerRunner:
         self.restart_policy = restart_policy
         self.env_for = env_for
         self.on_change = on_change
+        self.record = record or (lambda _type, _reason, _message: None)
         self.obs = observation
         self.backoff = backoff
         self.stop_request: StopRequest | None = None
@@ -130,6 +133,7 @@ class ContainerRunner:
                 entry = self.images.resolve(str(self.spec.get("image", "")))
             except UnknownImageError as exc:
                 self._set(state="waiting", reason="ErrImagePull", message=str(exc))
+                self.record("Warning", "Failed", f"Failed to pull image: {exc}")
                 await self._stop_event.wait()
                 return
             try:
@@ -150,6 +154,7 @@ class ContainerRunner:
                 httpx.HTTPError,
             ) as exc:
                 self._set(state="waiting", reason="CreateContainerConfigError", message=str(exc))
+                self.record("Warning", "Failed", f"Error: {exc}")
                 if await self._wait_or_stop(CONFIG_RETRY):
                     return
                 continue
@@ -167,6 +172,7 @@ class ContainerRunner:
                     message=f"back-off {delay:g}s restarting failed container={self.name} "
                     f"pod={self.pod().get('metadata', {}).get('name', '')}",
                 )
+                self.record("Warning", "BackOff", "Back-off restarting failed container")
                 if await self._wait_or_stop(delay):
                     return
             self.obs.last_terminated = self.obs.terminated_state()
@@ -179,6 +185,12 @@ class ContainerRunner:
         log_path = log_dir / f"{self.obs.restart_count}.log"
         await trio.Path(log_path.with_suffix(".exited")).unlink(missing_ok=True)
         started = time.time()
+        self.record(
+            "Normal",
+            "Pulled",
+            f'Container image "{self.spec.get("image", "")}" already present on machine',
+        )
+        self.record("Normal", "Created", f"Created container {self.name}")
         try:
             proc = await open_container_process(argv, env=env, cwd=self.paths.workspace)
         except OSError as exc:
@@ -191,6 +203,7 @@ class ContainerRunner:
                 encode_records("stderr", message.encode() + b"\n", now=started)
             )
             await trio.Path(log_path.with_suffix(".exited")).touch()
+            self.record("Warning", "Failed", f"Error: {message}")
             self._set(
                 state="terminated",
                 reason="StartError",
@@ -205,6 +218,7 @@ class ContainerRunner:
             )
             return 128
         self._pgid = proc.pid
+        self.record("Normal", "Started", f"Started container {self.name}")
         await trio.to_thread.run_sync(
             PidRecord(proc.pid, proc.pid, start_ticks(proc.pid)).write,
             self.paths.pid_file(self.name),
@@ -290,6 +304,7 @@ class ContainerRunner:
         pgid = self._pgid
         if pgid is None:
             return
+        self.record("Normal", "Killing", f"Stopping container {self.name}")
         signal_group(pgid, signal.SIGTERM)
         with trio.move_on_after(grace):
             await exited.wait()
@@ -307,7 +322,7 @@ class ContainerRunner:
         grace = float(self.pod().get("spec", {}).get("terminationGracePeriodSeconds", 30))
         startup = self.spec.get("startupProbe")
         if startup:
-            failed = await self._watch_probe(startup, "startup", env, ip, until_success=True)
+            failed = await self._watch_probe(startup, "startup", env, ip)
             if failed:
                 kill_reason.append(failed)
                 await self._terminate(grace, exited)
@@ -334,8 +349,6 @@ class ContainerRunner:
         kind: str,
         env: dict[str, str],
         ip: str,
-        *,
-        until_success: bool = False,
     ) -> str:
         """Probe periodically. readiness: update ``ready`` forever (returns never);
         liveness/startup: return a message once the probe has failed."""
@@ -358,6 +371,8 @@ class ContainerRunner:
                 ok = False
             failures = 0 if ok else failures + 1
             flipped = tracker.observe(ok)
+            if not ok:
+                self.record("Warning", "Unhealthy", f"{kind.capitalize()} probe failed")
             if kind == "readiness" and flipped:
                 self._set(ready=tracker.ok)
             elif kind == "startup":
@@ -368,8 +383,3 @@ class ContainerRunner:
             elif kind == "liveness" and flipped and not tracker.ok:
                 return f"Liveness probe failed {failures} times"
             await trio.sleep(timing.period)
-
-
-def host_path_env(paths: PodPaths) -> dict[str, str]:
-    """Variables that tell a process where its Pod's container paths are on this host."""
-    return {"KRT_POD_ROOT": str(paths.root), "HOME": str(paths.workspace)}

@@ -4,7 +4,8 @@ Like the kubelet (plus the scheduler's binding step, since there is one node), i
 Pods through the API: a Pod without ``spec.nodeName`` is bound to this node (``binding``
 subresource, or an update of ``spec.nodeName`` where the server has no binding
 subresource); a Pod bound here gets a :class:`~localkube.node.podworker.PodWorker` with
-its own 127.0.x.y address. The Node's ``Ready`` condition is refreshed every 30 s.
+its own 127.0.x.y address. Heartbeat: the Node's Lease in ``kube-node-lease`` is renewed
+every 10 s and the Node's ``Ready`` condition refreshed every 30 s.
 
 Shutdown (cancellation, ``krt dev down``): every Pod's containers get SIGTERM, then SIGKILL
 after ``NodeConfig.shutdown_grace`` seconds; Pod objects stay (the next start resumes them,
@@ -19,6 +20,7 @@ import logging
 import os
 import platform
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import trio
@@ -26,6 +28,7 @@ import trio
 from localkube.controllers.informer import Informer, KeyedQueue, ObjectKey
 from localkube.controllers.kubeapi import ApiStatusError, Kube, collection_path
 from localkube.node.config import NodeConfig
+from localkube.node.events import EventRecorder
 from localkube.node.ipam import allocate_pod_ip
 from localkube.node.layout import pods_dir
 from localkube.node.podstatus import rfc3339
@@ -34,7 +37,9 @@ from localkube.node.process import kill_leftover_groups
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_SECONDS = 30.0
+#: Seconds between Node Lease renewals (the Node status is refreshed every third one).
+HEARTBEAT_SECONDS = 10.0
+LEASE_DURATION_SECONDS = 40
 
 
 def node_object(config: NodeConfig, now: float) -> dict[str, Any]:
@@ -124,6 +129,43 @@ async def register_node(kube: Kube, config: NodeConfig) -> None:
     await kube.replace(f"{path}/{config.node_name}/status", body)
 
 
+def _microtime(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def renew_lease(kube: Kube, config: NodeConfig) -> None:
+    """Create or renew the Node's Lease in ``kube-node-lease`` (the kubelet heartbeat).
+
+    Raises:
+        ApiStatusError: if the Lease cannot be written (409: retried next beat).
+    """
+    path = collection_path("coordination.k8s.io/v1", "leases", "kube-node-lease")
+    now = _microtime(time.time())
+    current = await kube.get(f"{path}/{config.node_name}")
+    if current is None:
+        await kube.create(
+            path,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": config.node_name},
+                "spec": {
+                    "holderIdentity": config.node_name,
+                    "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                    "renewTime": now,
+                },
+            },
+        )
+        return
+    body = dict(current)
+    body["spec"] = {
+        **(current.get("spec") or {}),
+        "holderIdentity": config.node_name,
+        "renewTime": now,
+    }
+    await kube.replace(f"{path}/{config.node_name}", body)
+
+
 class Kubelet:
     """The Pod runner of one node. Use :func:`serve_node`."""
 
@@ -137,11 +179,13 @@ class Kubelet:
         self.finished: set[str] = set()
         self.used_ips: set[str] = set()
         self._nursery: trio.Nursery | None = None
+        self.events = EventRecorder(kube, config.node_name)
         self.services_for_pods = NodeServices(
             kube=kube,
             config=config,
             services_in=self._services_in,
             release_ip=self.used_ips.discard,
+            events=self.events,
         )
 
     def _services_in(self, namespace: str) -> list[dict[str, Any]]:
@@ -213,22 +257,32 @@ class Kubelet:
         }
         try:
             await self.kube.create(path + "/binding", binding)
-            return
         except ApiStatusError as exc:
             if exc.code not in (404, 405):
                 raise
-        # no binding subresource on this server: set spec.nodeName (uid-conditional)
-        body = dict(pod)
-        body["spec"] = dict(pod["spec"], nodeName=self.config.node_name)
-        await self.kube.replace(path, body)
+            # no binding subresource on this server: set spec.nodeName (conditional update)
+            body = dict(pod)
+            body["spec"] = dict(pod["spec"], nodeName=self.config.node_name)
+            await self.kube.replace(path, body)
+        self.events.record(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {ns}/{name} to {self.config.node_name}",
+            component="default-scheduler",
+        )
 
     async def _heartbeat(self) -> None:
+        beat = 0
         while True:
-            await trio.sleep(HEARTBEAT_SECONDS)
             try:
-                await register_node(self.kube, self.config)
+                await renew_lease(self.kube, self.config)
+                if beat and beat % 3 == 0:
+                    await register_node(self.kube, self.config)
             except Exception as exc:  # noqa: BLE001 - the next beat retries
                 log.warning("node heartbeat failed: %s", exc)
+            beat += 1
+            await trio.sleep(HEARTBEAT_SECONDS)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register, start informers, start Pods; never returns unless cancelled."""
@@ -237,6 +291,7 @@ class Kubelet:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             try:
+                await nursery.start(self.events.run)
                 await nursery.start(self.services.run)
                 self.pods.add_handler(self._on_pod)
                 await nursery.start(self.binder.run)

@@ -57,6 +57,10 @@ class ContainerObservation:
     started: bool = False
     ever_started: bool = False
 
+    def completed(self) -> bool:
+        """Terminated with exit code 0 (an init container that did its job)."""
+        return self.state == "terminated" and self.exit_code == 0
+
     def terminated_state(self) -> dict[str, Any]:
         """The Kubernetes ``terminated`` state object of the current/last run."""
         t: dict[str, Any] = {
@@ -75,8 +79,9 @@ class ContainerObservation:
             t["containerID"] = f"localkube://{self.pid}"
         return t
 
-    def status(self) -> dict[str, Any]:
-        """The ``containerStatuses[]`` entry."""
+    def status(self, *, init: bool = False) -> dict[str, Any]:
+        """The ``containerStatuses[]`` entry (``initContainerStatuses[]`` with ``init``: an
+        init container is ready once it completed with exit code 0)."""
         if self.state == "running":
             state: dict[str, Any] = {"running": {"startedAt": rfc3339(self.started_at or 0.0)}}
         elif self.state == "terminated":
@@ -90,7 +95,7 @@ class ContainerObservation:
             "name": self.name,
             "image": self.image,
             "imageID": "",
-            "ready": self.state == "running" and self.ready,
+            "ready": self.completed() if init else self.state == "running" and self.ready,
             "started": self.state == "running" and self.started,
             "restartCount": self.restart_count,
             "state": state,
@@ -144,6 +149,7 @@ def pod_status(
     pod: Mapping[str, Any],
     observations: list[ContainerObservation],
     *,
+    init_observations: list[ContainerObservation] | None = None,
     pod_ip: str,
     host_ip: str,
     start_time: float,
@@ -156,12 +162,18 @@ def pod_status(
     Args:
         pod: the Pod as last read (its ``status.conditions`` are merged).
         observations: one per ``spec.containers`` entry, in spec order.
+        init_observations: one per ``spec.initContainers`` entry, in spec order.
         pod_ip: the Pod's 127.0.x.y address. host_ip: the node address.
         start_time: when the node accepted the Pod (epoch seconds).
         now: the current time (epoch seconds).
         pending_reason, pending_message: Pod-level reason while Pending (``ErrImagePull``).
     """
     spec = pod.get("spec", {})
+    inits = list(init_observations or [])
+    incomplete = [o.name for o in inits if not o.completed()]
+    init_failed = spec.get("restartPolicy", "Always") == "Never" and any(
+        o.state == "terminated" and o.exit_code != 0 for o in inits
+    )
     old_status = pod.get("status", {}) or {}
     old_conditions = list(old_status.get("conditions", []) or [])
     previous = {c.get("type", ""): c for c in old_conditions}
@@ -180,7 +192,14 @@ def pod_status(
         ready_reason, ready_msg = "", ""
     ours = [
         _condition("PodScheduled", True, previous, now),
-        _condition("Initialized", True, previous, now),
+        _condition(
+            "Initialized",
+            not incomplete,
+            previous,
+            now,
+            "ContainersNotInitialized" if incomplete else "",
+            f"containers with incomplete status: [{' '.join(incomplete)}]" if incomplete else "",
+        ),
         _condition(
             "ContainersReady",
             containers_ready,
@@ -195,7 +214,9 @@ def pod_status(
     status: dict[str, Any] = dict(old_status)
     status.update(
         {
-            "phase": phase(observations),
+            "phase": ("Failed" if init_failed else "Pending")
+            if incomplete
+            else phase(observations),
             "conditions": ours + kept,
             "hostIP": host_ip,
             "hostIPs": [{"ip": host_ip}],
@@ -206,6 +227,8 @@ def pod_status(
             "containerStatuses": [o.status() for o in observations],
         }
     )
+    if inits:
+        status["initContainerStatuses"] = [o.status(init=True) for o in inits]
     if pending_reason and status["phase"] == "Pending":
         status["reason"], status["message"] = pending_reason, pending_message
     else:

@@ -11,10 +11,7 @@ container's process group, waits ``deletionGracePeriodSeconds`` (else the spec's
 with ``gracePeriodSeconds=0`` and a uid precondition, as the kubelet does. If the object
 disappears without a graceful phase, the processes get the same treatment.
 
-Node restart: a Pod that was running under a previous node process is treated like a Pod
-after a node reboot: its containers start again with ``restartCount`` + 1 and
-``lastState.terminated`` reason ``Unknown`` (exit code 255); ``restartPolicy: Never``
-containers end terminated instead.
+Node restart: see :mod:`localkube.node.recovery`.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import trio
@@ -39,71 +35,13 @@ from localkube.node.env import (
     referenced_objects,
     service_link_env,
 )
+from localkube.node.events import EventRecorder
 from localkube.node.layout import PodPaths
 from localkube.node.podstatus import ContainerObservation, pod_status
+from localkube.node.recovery import parse_time, restore_init_observations, restore_observations
 from localkube.node.volumes import prepare_volumes, write_service_account
 
 log = logging.getLogger(__name__)
-
-
-def parse_time(value: str | None) -> float | None:
-    """Parse a Kubernetes timestamp to epoch seconds (None for None/invalid)."""
-    if not value:
-        return None
-    try:
-        return datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
-    except ValueError:
-        return None
-
-
-def restore_observations(pod: Mapping[str, Any]) -> list[ContainerObservation]:
-    """Observations for a Pod the node picks up, applying the node-restart rule."""
-    spec = pod.get("spec", {})
-    policy = spec.get("restartPolicy", "Always")
-    previous = {
-        cs.get("name"): cs
-        for cs in (pod.get("status", {}) or {}).get("containerStatuses", []) or []
-    }
-    out = []
-    for c in spec.get("containers", []):
-        o = ContainerObservation(c["name"], c.get("image", ""))
-        cs = previous.get(c["name"])
-        if cs:
-            state = cs.get("state") or {}
-            o.restart_count = int(cs.get("restartCount", 0))
-            last = (cs.get("lastState") or {}).get("terminated")
-            o.last_terminated = last
-            o.ever_started = bool(
-                "running" in state or "terminated" in state or last or o.restart_count
-            )
-            term = state.get("terminated")
-            if term and (
-                policy == "Never" or (policy == "OnFailure" and term.get("exitCode") == 0)
-            ):
-                o.state, o.reason = "terminated", term.get("reason", "Completed")
-                o.exit_code = int(term.get("exitCode", 0))
-                o.message = term.get("message", "")
-                o.started_at = parse_time(term.get("startedAt"))
-                o.finished_at = parse_time(term.get("finishedAt"))
-            elif "running" in state or term:
-                lost: dict[str, Any] = {
-                    "exitCode": 255,
-                    "reason": "Unknown",
-                    "message": "the container was running when the node stopped",
-                }
-                started = (state.get("running") or term or {}).get("startedAt")
-                if started:
-                    lost["startedAt"] = started
-                if policy == "Never":
-                    o.state, o.reason, o.exit_code = "terminated", "Unknown", 255
-                    o.message = str(lost["message"])
-                    o.started_at = parse_time(started)
-                    o.finished_at = time.time()
-                else:
-                    o.last_terminated = lost
-                    o.restart_count += 1
-        out.append(o)
-    return out
 
 
 @dataclass
@@ -114,12 +52,14 @@ class NodeServices:
         kube: the API client. config: node configuration.
         services_in: ``services_in(namespace)`` lists that namespace's Services (cache).
         release_ip: called with the Pod's IP when its worker ends.
+        events: where Pod Events go (None: no Events).
     """
 
     kube: Kube
     config: NodeConfig
     services_in: Callable[[str], list[dict[str, Any]]]
     release_ip: Callable[[str], None]
+    events: EventRecorder | None = None
 
 
 class PodWorker:
@@ -142,6 +82,7 @@ class PodWorker:
         status = pod.get("status") or {}
         self.start_time = parse_time(status.get("startTime")) or time.time()
         self.observations = restore_observations(pod)
+        self.init_observations = restore_init_observations(pod, self.observations)
         self.runners: list[ContainerRunner] = []
         self._dirty = trio.Event()
         self._stop = trio.Event()
@@ -220,6 +161,7 @@ class PodWorker:
             new = pod_status(
                 pod,
                 self.observations,
+                init_observations=self.init_observations,
                 pod_ip=self.ip,
                 host_ip=self.node.config.host_ip,
                 start_time=self.start_time,
@@ -351,6 +293,60 @@ class PodWorker:
                 except ContainerConfigError as exc:
                     log.warning("pod %s/%s: %s", self.namespace, self.name, exc)
 
+    def _runner(
+        self, container: Mapping[str, Any], obs: ContainerObservation, policy: str, kind: str
+    ) -> ContainerRunner:
+        cfg = self.node.config
+        runner = ContainerRunner(
+            container,
+            paths=self.paths,
+            pod=self.view,
+            images=cfg.images,
+            restart_policy=policy,
+            env_for=self.env_for,
+            on_change=self.mark_dirty,
+            observation=obs,
+            backoff=CrashBackoff(cfg.backoff_initial, cfg.backoff_cap),
+            record=self._recorder(container["name"], kind),
+        )
+        self.runners.append(runner)
+        return runner
+
+    async def _start_containers(self, nursery: trio.Nursery, policy: str) -> None:
+        """Run the init containers one after the other (each must exit 0; they restart
+        on failure unless the policy is Never), then start the containers."""
+        spec = self.pod.get("spec", {})
+        if self.observations and all(o.state == "terminated" for o in self.observations):
+            return
+        init_policy = "Never" if policy == "Never" else "OnFailure"
+        for c, obs in zip(
+            spec.get("initContainers", []) or [], self.init_observations, strict=True
+        ):
+            if self._stop.is_set():
+                return
+            await self._runner(c, obs, init_policy, "initContainers").run()
+            if not obs.completed():
+                return  # stopped, or failed for good (the Pod is Failed)
+        for c, obs in zip(spec.get("containers", []), self.observations, strict=True):
+            if self._stop.is_set():
+                return
+            if obs.state == "terminated":
+                continue  # finished for good before a node restart
+            if obs.reason == "PodInitializing":
+                obs.reason = "ContainerCreating"
+            nursery.start_soon(self._runner(c, obs, policy, "containers").run)
+
+    def _recorder(
+        self, container: str, kind: str = "containers"
+    ) -> Callable[[str, str, str], None]:
+        def record(etype: str, reason: str, message: str) -> None:
+            if self.node.events is not None:
+                self.node.events.record(
+                    self.pod, etype, reason, message, field_path=f"spec.{kind}{{{container}}}"
+                )
+
+        return record
+
     # --- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -364,28 +360,12 @@ class PodWorker:
     async def _run(self) -> None:
         spec = self.pod.get("spec", {})
         policy = spec.get("restartPolicy", "Always")
-        cfg = self.node.config
         await trio.Path(self.paths.workspace).mkdir(parents=True, exist_ok=True)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._status_loop)
             nursery.start_soon(self._token_refresher)
             self.mark_dirty()
-            for c, obs in zip(spec.get("containers", []), self.observations, strict=True):
-                if obs.state == "terminated":
-                    continue  # finished for good before a node restart
-                runner = ContainerRunner(
-                    c,
-                    paths=self.paths,
-                    pod=self.view,
-                    images=cfg.images,
-                    restart_policy=policy,
-                    env_for=self.env_for,
-                    on_change=self.mark_dirty,
-                    observation=obs,
-                    backoff=CrashBackoff(cfg.backoff_initial, cfg.backoff_cap),
-                )
-                self.runners.append(runner)
-                nursery.start_soon(runner.run)
+            nursery.start_soon(self._start_containers, nursery, policy)
             await self._stop.wait()
             for r in self.runners:
                 r.request_stop(self._stop_grace)

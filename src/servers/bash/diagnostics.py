@@ -20,7 +20,7 @@ from servers.common import limits
 log = logging.getLogger("servers.bash")
 
 #: how much of the end of a function's stderr is logged per invocation, in bytes.
-STDERR_LOG_TAIL_BYTES: Final = 64 * 1024
+STDERR_LOG_TAIL_BYTES: Final = limits.MAX_LOGGED_OUTPUT_BYTES
 #: how much of the end of stderr goes into an error message, in bytes.
 ERROR_TAIL_BYTES: Final = 2048
 

@@ -22,6 +22,7 @@ from typing import Final
 
 from servers.common import limits
 from servers.common.adapter import InvalidInput
+from servers.common.validation import is_json_media_type
 
 JSON_CONTENT_TYPE: Final = "application/json"
 TEXT_CONTENT_TYPE: Final = "text/plain; charset=utf-8"
@@ -42,12 +43,6 @@ def _parse_json(data: bytes) -> None:
         json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
         raise ValueError("JSON nesting is too deep to parse") from None
-
-
-def is_json_media_type(content_type: str) -> bool:
-    """True for ``application/json`` and ``*+json`` (any parameters, any case), and for ""."""
-    media_type = content_type.split(";", 1)[0].strip().lower()
-    return media_type in ("", JSON_CONTENT_TYPE) or media_type.endswith("+json")
 
 
 def check_input(payload: bytes, *, content_type: str) -> None:

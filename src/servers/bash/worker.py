@@ -57,6 +57,7 @@ from servers.bash.diagnostics import (
 )
 from servers.bash.handler import BashHandler
 from servers.bash.payload import check_input, output_content_type
+from servers.common import limits
 from servers.common.adapter import (
     InvalidInput,
     InvocationError,
@@ -65,7 +66,7 @@ from servers.common.adapter import (
 )
 
 #: largest function stdout returned as output, in bytes (the gateway's request limit).
-MAX_OUTPUT_BYTES: Final = 1024 * 1024
+MAX_OUTPUT_BYTES: Final = limits.MAX_INVOKE_OUTPUT_BYTES
 #: protocol replies are short ("ready", "done 0"); anything longer is a broken worker.
 _MAX_REPLY_BYTES: Final = 64
 

@@ -3,7 +3,8 @@
 The listener is created here rather than by ``purerpc.Server.serve_async`` because that
 binds every interface with ``SO_REUSEPORT`` and cannot take a host: a Runtime Server must
 listen exactly where it is told (usually the Pod's loopback) and must fail loudly if the
-port is taken. The connection handling is purerpc's own.
+port is taken. Connections are served by :class:`~servers.common.transport.CallHandler`
+(purerpc's framing, with per-call cancellation when the client cancels or goes away).
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
-import purerpc
 import trio
-from purerpc.server import ConnectionHandler
 
 from servers.common import limits
 from servers.common.adapter import FunctionAdapter
@@ -24,6 +23,7 @@ from servers.common.executions import ExecutionManager
 from servers.common.functions import FunctionService
 from servers.common.registrations import WallClock
 from servers.common.servicers import FunctionRuntimeServicer, RuntimeServicer
+from servers.common.transport import CallHandler
 
 log = logging.getLogger("servers.app")
 
@@ -72,7 +72,7 @@ async def serve(
         }
         try:
             bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
-            handler = ConnectionHandler(services, purerpc.Server(port=bound))
+            handler = CallHandler(services)
             log.info(
                 "listening",
                 extra={"host": host, "port": bound, "work_dir": str(root), "runtime": adapter.name},

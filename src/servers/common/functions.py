@@ -401,26 +401,38 @@ class FunctionService:
         if reg is None:
             return
         live = self._live[reg.registration_id]
-        if previous is RegistrationState.DRAINING:
-            await live.removed.wait()
-            return
-        log.info(
-            "unregistering",
-            extra={
-                "run_uid": run_uid,
-                "registration_id": registration_id,
-                "cancel_in_flight": cancel_in_flight,
-                "drain_timeout_ms": drain_timeout_millis,
-            },
-        )
+        if previous is not RegistrationState.DRAINING:
+            log.info(
+                "unregistering",
+                extra={
+                    "run_uid": run_uid,
+                    "registration_id": registration_id,
+                    "cancel_in_flight": cancel_in_flight,
+                    "drain_timeout_ms": drain_timeout_millis,
+                },
+            )
+            # in the service's nursery, so a caller that gives up (cancelled RPC) cannot
+            # leave the registration DRAINING for ever: the drain is bounded on its own.
+            self._nursery.start_soon(
+                self._drain_and_remove, live, cancel_in_flight, drain_timeout_millis
+            )
+        await live.removed.wait()
+
+    async def _drain_and_remove(
+        self, live: _Live, cancel_in_flight: bool, drain_timeout_millis: int
+    ) -> None:
+        """Wait up to ``drain_timeout_millis`` for the in-flight invocation, then retire."""
         if not cancel_in_flight:
             with trio.move_on_after(drain_timeout_millis / 1000):
                 await live.idle.wait()
         await self._retire(live, "registration unregistered")
-        self.table.remove(reg.registration_id)
 
     async def _retire(self, live: _Live, reason: str) -> None:
-        """Cancel the start and the in-flight invocation, stop the worker, drop the handles."""
+        """Cancel the start and the in-flight invocation, stop the worker, drop the state.
+
+        The table entry is removed only if this registration is still the current one (a
+        superseded registration's Run UID belongs to its successor).
+        """
         live.cancel_reason = reason
         live.start_scope.cancel()
         if live.invoke_scope is not None:
@@ -434,6 +446,7 @@ class FunctionService:
                     await live.worker.aclose()
                 live.worker = None
         self._live.pop(live.registration.registration_id, None)
+        self.table.remove(live.registration.registration_id)
         live.removed.set()
 
     async def aclose(self) -> None:

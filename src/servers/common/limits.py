@@ -24,12 +24,12 @@ CANCEL_GRACE_SECONDS: Final = 5.0
 #: environment bounds for Execute and RegisterFunction.
 MAX_ENV_ENTRIES: Final = 512
 MAX_ENV_BYTES: Final = 256 * 1024
-#: outputs bounds (the bounded Run outputs rules, seed 000 / seed 002).
-MAX_OUTPUTS: Final = 64
-MAX_OUTPUT_KEY_CHARS: Final = 63
-MAX_OUTPUT_VALUE_BYTES: Final = 4 * 1024
-MAX_OUTPUTS_TOTAL_BYTES: Final = 16 * 1024
+#: (the outputs bounds are the Run outputs' own: krt.api.limits / krt.api.outputs.)
 #: invocation input accepted by a Runtime Server (the gateway's request body limit).
 MAX_INVOKE_INPUT_BYTES: Final = 1024 * 1024
 #: invocation output a built-in Runtime Server returns; larger is an OutputTooLarge error.
 MAX_INVOKE_OUTPUT_BYTES: Final = 1024 * 1024
+#: what a handler prints (Python) or writes to stderr (Bash) is logged up to this many bytes
+#: per invocation; the rest is counted, not logged, so a chatty handler cannot flood the log
+#: or stall the server's event loop.
+MAX_LOGGED_OUTPUT_BYTES: Final = 64 * 1024

@@ -18,7 +18,6 @@ from servers.common.errors import invalid_argument
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIGEST_RE = re.compile(r"(sha256:)?[0-9a-f]{64}")
-_OUTPUT_KEY_RE = re.compile(r"[A-Za-z0-9_.-]{1,63}")
 
 
 def validate_id(field: str, value: str) -> str:
@@ -137,38 +136,14 @@ def validate_entrypoint(entrypoint: str) -> str:
     return entrypoint
 
 
-def validate_outputs(outputs: Mapping[str, str]) -> dict[str, str]:
-    """Check structured outputs against the bounded Run outputs rules.
+def is_json_media_type(content_type: str) -> bool:
+    """True for ``application/json`` and ``*+json`` (any parameters, any case), and for "".
 
-    Args:
-        outputs: keys ``[A-Za-z0-9_.-]{1,63}``, at most 64 entries, string values of at most
-            4 KiB each and 16 KiB in total (UTF-8 bytes).
-
-    Returns:
-        A plain dict copy.
-
-    Raises:
-        ValueError: naming the key or limit that was broken.
+    An empty content type means JSON, the gateway's encoding (seed 002, "Proposed Protobuf
+    API": the gateway initially accepts JSON).
     """
-    if len(outputs) > limits.MAX_OUTPUTS:
-        raise ValueError(f"outputs has {len(outputs)} entries; the limit is {limits.MAX_OUTPUTS}")
-    total = 0
-    for key, value in outputs.items():
-        if not isinstance(key, str) or not _OUTPUT_KEY_RE.fullmatch(key):
-            raise ValueError(f"outputs key {key!r} must match [A-Za-z0-9_.-]{{1,63}}")
-        if not isinstance(value, str):
-            raise ValueError(f"outputs[{key!r}] must be a string, not {type(value).__name__}")
-        size = len(value.encode())
-        if size > limits.MAX_OUTPUT_VALUE_BYTES:
-            raise ValueError(
-                f"outputs[{key!r}] is {size} bytes; the limit is {limits.MAX_OUTPUT_VALUE_BYTES}"
-            )
-        total += size
-    if total > limits.MAX_OUTPUTS_TOTAL_BYTES:
-        raise ValueError(
-            f"outputs total {total} bytes; the limit is {limits.MAX_OUTPUTS_TOTAL_BYTES}"
-        )
-    return dict(outputs)
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type in ("", "application/json") or media_type.endswith("+json")
 
 
 def bound_text(text: str, limit_bytes: int = limits.MAX_ERROR_TEXT_BYTES) -> str:

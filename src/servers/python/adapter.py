@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 
 import servers
+from krt.api.outputs import validate_outputs
 from servers.common import limits
 from servers.common.adapter import (
     FunctionWorker,
@@ -30,8 +31,9 @@ from servers.common.adapter import (
     RegistrationFailed,
 )
 from servers.common.executions import minimal_env
-from servers.common.validation import bound_text, validate_outputs
+from servers.common.validation import bound_text, is_json_media_type
 from servers.python import framing
+from servers.python.handler_log import HandlerOutputLog
 
 log = logging.getLogger("servers.python")
 
@@ -45,8 +47,6 @@ _BOOTSTRAP = (
     "from servers.python.worker import main\n"
     "main()\n"
 )
-#: at most this much of one printed line goes into one log record (characters).
-_MAX_LOG_LINE = 16 * 1024
 
 
 class _FrameReader:
@@ -79,11 +79,6 @@ class _FrameReader:
         return body[:1], body[1:]
 
 
-def _is_json(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media in ("", "application/json") or media.endswith("+json")
-
-
 class PythonWorker:
     """A warm worker process serving one registration (implements ``FunctionWorker``)."""
 
@@ -93,9 +88,9 @@ class PythonWorker:
         self._process = process
         self._stdin = process.stdin
         self._reader = _FrameReader(process.stdout)
-        self._run_uid = run_uid
         self._handler = handler
         self._broken = False
+        self._output_log = HandlerOutputLog(run_uid)
 
     @property
     def pid(self) -> int:
@@ -107,14 +102,22 @@ class PythonWorker:
         """False once the worker exited, was killed or broke the protocol."""
         return not self._broken and self._process.returncode is None
 
-    def _log_output(self, kind: bytes, payload: bytes, invocation_id: str) -> None:
-        stream = "stdout" if kind == framing.STDOUT else "stderr"
-        text = payload.decode("utf-8", "replace")
-        for line in text.splitlines() or [""]:
-            log.info(
-                line[:_MAX_LOG_LINE],
-                extra={"run_uid": self._run_uid, "invocation_id": invocation_id, "stream": stream},
-            )
+    def _log_output(self, kind: bytes, payload: bytes) -> None:
+        self._output_log.write("stdout" if kind == framing.STDOUT else "stderr", payload)
+
+    async def _receive(self) -> tuple[bytes, bytes] | None:
+        """The next frame; a malformed one marks the worker broken (it is never trusted again)."""
+        try:
+            return await self._reader.receive()
+        except InvocationError:
+            self._broken = True
+            raise
+
+    async def _kill_and_reap(self) -> None:
+        """SIGKILL the process group and reap the worker (shielded: runs while cancelled)."""
+        self.kill()
+        with trio.CancelScope(shield=True):
+            await self._process.wait()
 
     async def wait_ready(self) -> None:
         """Wait for the handler to be imported.
@@ -122,8 +125,17 @@ class PythonWorker:
         Raises:
             RegistrationFailed: the import failed, or the worker exited first.
         """
+        self._output_log.start("")
+        try:
+            await self._wait_ready()
+        except InvocationError as exc:
+            raise RegistrationFailed(bound_text(f"{exc.error_type}: {exc.message}")) from None
+        finally:
+            self._output_log.finish()
+
+    async def _wait_ready(self) -> None:
         while True:
-            frame = await self._reader.receive()
+            frame = await self._receive()
             if frame is None:
                 code = await self._process.wait()
                 raise RegistrationFailed(
@@ -139,7 +151,7 @@ class PythonWorker:
                     )
                 )
             if kind in (framing.STDOUT, framing.STDERR):
-                self._log_output(kind, payload, "")
+                self._log_output(kind, payload)
 
     async def invoke(
         self, payload: bytes, *, content_type: str, invocation_id: str
@@ -151,26 +163,30 @@ class PythonWorker:
             InvocationError: the handler raised, returned a non-serialisable value or bad
                 outputs, or the worker died.
         """
-        if not _is_json(content_type):
+        if not is_json_media_type(content_type):
             raise InvalidInput(
                 f"content_type {content_type!r} is not supported: the Python runtime takes"
                 " application/json"
             )
         if not self.alive:
             raise InvocationError("WorkerExited", "the worker is not running")
+        self._output_log.start(invocation_id)
         try:
-            return await self._round_trip(payload, invocation_id)
+            return await self._round_trip(payload)
         except (InvalidInput, InvocationError):
-            if not self.alive:
-                self.kill()
+            if not self.alive:  # exited or broke the protocol: the next call gets a new one
+                await self._kill_and_reap()
             raise
         except BaseException:
-            # cancelled (timeout, unregister): the warm process is mid-call, so it goes,
-            # before the cancellation propagates.
-            self.kill()
+            # cancelled (timeout, unregister, caller gone): the warm process is mid-call, so
+            # it goes, and is reaped, before the cancellation propagates (no zombie is left
+            # until the next invocation or the unregister).
+            await self._kill_and_reap()
             raise
+        finally:
+            self._output_log.finish()
 
-    async def _round_trip(self, payload: bytes, invocation_id: str) -> InvokeResult:
+    async def _round_trip(self, payload: bytes) -> InvokeResult:
         try:
             await self._stdin.send_all(framing.encode(framing.CALL, payload))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -179,7 +195,7 @@ class PythonWorker:
         outputs: dict[str, str] = {}
         bad_outputs = ""
         while True:
-            frame = await self._reader.receive()
+            frame = await self._receive()
             if frame is None:
                 self._broken = True
                 code = await self._process.wait()
@@ -188,7 +204,7 @@ class PythonWorker:
                 )
             kind, body = frame
             if kind in (framing.STDOUT, framing.STDERR):
-                self._log_output(kind, body, invocation_id)
+                self._log_output(kind, body)
             elif kind == framing.OUTPUTS:
                 try:
                     outputs = validate_outputs(json.loads(body))

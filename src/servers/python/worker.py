@@ -24,6 +24,9 @@ from collections.abc import Callable
 from servers.python import framing
 
 _MAX_TEXT = 4000
+#: printed text is sent in frames of at most this many characters (at most 1 MiB of UTF-8),
+#: so no amount of printing can exceed the frame limit and break the protocol.
+_LOG_CHUNK_CHARS = 256 * 1024
 
 
 class _Channel:
@@ -79,14 +82,19 @@ class _FrameWriter:
             self._pending += text
             if "\n" in self._pending:
                 head, _, self._pending = self._pending.rpartition("\n")
-                self._channel.send(self._kind, head.encode("utf-8", "replace"))
+                self._send(head)
         return len(text)
 
     def flush(self) -> None:
         with self._lock:
             text, self._pending = self._pending, ""
         if text:
-            self._channel.send(self._kind, text.encode("utf-8", "replace"))
+            self._send(text)
+
+    def _send(self, text: str) -> None:
+        for start in range(0, len(text), _LOG_CHUNK_CHARS):
+            chunk = text[start : start + _LOG_CHUNK_CHARS]
+            self._channel.send(self._kind, chunk.encode("utf-8", "replace"))
 
     def isatty(self) -> bool:
         return False

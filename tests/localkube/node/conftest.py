@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from localkube.apiserver import ApiServerHandle
 from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster
 from localkube.controllers.kubeapi import Kube
 
@@ -25,3 +26,9 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> ClusterHandle:
 def kube(cluster: ClusterHandle) -> Kube:
     """The admin API client of the cluster fixture."""
     return cluster.kube
+
+
+@pytest.fixture
+def apiserver(cluster: ClusterHandle) -> ApiServerHandle:
+    """The cluster's API server, so the shared ``kubectl`` fixture talks to it."""
+    return cluster.apiserver

@@ -334,3 +334,37 @@ def test_table_columns_for_workload_kinds() -> None:
     for key, columns in EXTRA_COLUMNS.items():
         sample: dict[str, Any] = {"spec": {}, "status": {}, "metadata": {}}
         assert len(extra_cells(key, sample)) == len(columns), key
+
+
+async def test_keyed_queue_serialises_per_key_and_survives_failures(autojump_clock: Any) -> None:
+    import trio
+
+    from localkube.controllers.informer import KeyedQueue
+
+    calls: list[str] = []
+    running: set[str] = set()
+    overlap: list[str] = []
+
+    async def handler(key: str) -> None:
+        if key in running:
+            overlap.append(key)
+        running.add(key)
+        calls.append(key)
+        await trio.sleep(1)
+        running.discard(key)
+        if key == "bad" and calls.count("bad") < 3:
+            raise RuntimeError("boom")
+
+    queue: KeyedQueue[str] = KeyedQueue(handler, name="test")
+    queue.add("a")  # before the queue runs: kept until it starts
+    async with trio.open_nursery() as nursery:
+        await nursery.start(queue.run)
+        await trio.sleep(0.5)
+        assert running == {"a"}
+        queue.add("a")  # dirtied again while running: handled once more afterwards
+        queue.add("bad")
+        await trio.sleep(30)
+        nursery.cancel_scope.cancel()
+    assert overlap == []
+    assert calls.count("a") == 2
+    assert calls.count("bad") == 3  # retried after each failure, then done

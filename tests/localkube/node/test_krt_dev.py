@@ -105,6 +105,13 @@ async def test_down_kills_pod_groups_left_by_a_crashed_cluster(tmp_path: Path) -
     kube = Kube(await Api(kubeconfig=str(state / "kubeconfig"), bypass_factory=True))
     await kube.create(PODS, pod("orphan", echo_container()))
     await running_pod(kube, "orphan")
+
+    async def listening() -> bool:
+        async with kube.api.call_api("GET", version="", base=PODS, url="orphan/log") as r:
+            return "listening" in r.text
+
+    # after its first line: a container writing to the dead node's pipe would die anyway
+    await eventually(listening, what="echo listening")
     records = pod_pid_records(state)
     cluster_pid = json.loads((state / "krt-dev.pid").read_text())["pid"]
     import os

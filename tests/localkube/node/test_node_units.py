@@ -46,7 +46,6 @@ from localkube.node.logs import (
     render,
 )
 from localkube.node.podstatus import ContainerObservation, phase, pod_status
-from localkube.node.podworker import restore_observations
 from localkube.node.probes import (
     ProbeConfigError,
     ProbeTracker,
@@ -57,6 +56,7 @@ from localkube.node.probes import (
     run_probe,
     tcp_probe,
 )
+from localkube.node.recovery import restore_observations
 from localkube.node.volumes import VolumeError, mount_volumes, prepare_volumes
 
 # --- images -------------------------------------------------------------------------------
@@ -575,3 +575,43 @@ async def test_grpc_probe_speaks_grpc_health_v1() -> None:
         assert await grpc_probe("127.0.0.1", port)
         assert not await grpc_probe("127.0.0.1", port, "down")
         nursery.cancel_scope.cancel()
+
+
+def test_init_containers_gate_initialized_and_phase() -> None:
+    main = [obs("waiting", reason="PodInitializing")]
+    pending_init = [obs("terminated", exit_code=0), ContainerObservation("second", "img")]
+    st = pod_status(
+        {"spec": {}},
+        main,
+        init_observations=pending_init,
+        pod_ip="127.0.1.1",
+        host_ip="127.0.0.1",
+        start_time=1.0,
+        now=2.0,
+    )
+    conds = {c["type"]: c for c in st["conditions"]}
+    assert conds["Initialized"]["status"] == "False"
+    assert conds["Initialized"]["message"] == "containers with incomplete status: [second]"
+    assert st["phase"] == "Pending"
+    assert [s["ready"] for s in st["initContainerStatuses"]] == [True, False]
+    failed = [obs("terminated", exit_code=1)]
+    st = pod_status(
+        {"spec": {"restartPolicy": "Never"}},
+        main,
+        init_observations=failed,
+        pod_ip="127.0.1.1",
+        host_ip="127.0.0.1",
+        start_time=1.0,
+        now=2.0,
+    )
+    assert st["phase"] == "Failed"
+    st = pod_status(
+        {"spec": {"restartPolicy": "Always"}},
+        main,
+        init_observations=failed,
+        pod_ip="127.0.1.1",
+        host_ip="127.0.0.1",
+        start_time=1.0,
+        now=2.0,
+    )
+    assert st["phase"] == "Pending"  # it will be retried

@@ -202,3 +202,83 @@ async def test_logs_are_served_with_tail_since_container_and_follow(kube: Kube) 
                 if got.endswith(b"late\n"):
                     break
     assert got == b"late\n"
+
+
+IN_CLUSTER = r"""
+import os, kr8s
+api = kr8s.api(serviceaccount=os.environ["KRT_SERVICEACCOUNT_DIR"])
+print(api.namespace)
+print(api.version()["gitVersion"].startswith("v1."))
+try:
+    list(api.get("secrets"))
+except kr8s.ServerError as exc:  # the default ServiceAccount may not list Secrets
+    print(exc)
+"""
+
+
+async def test_a_pod_reaches_the_api_as_its_service_account_with_kr8s(kube: Kube) -> None:
+    """The contract components rely on: kr8s in-cluster config from the standard variables
+    plus ``KRT_SERVICEACCOUNT_DIR``."""
+    body = pod(
+        "incluster",
+        {"name": "main", "image": "localkube/python", "args": ["-c", IN_CLUSTER]},
+        restartPolicy="Never",
+    )
+    await kube.create(PODS, body)
+    p = await eventually(
+        lambda: _finished(kube, "incluster"), seconds=15, what="in-cluster client done"
+    )
+    log = await read_log(kube, "incluster")
+    assert p["status"]["phase"] == "Succeeded", log
+    lines = log.splitlines()
+    assert lines[:2] == ["default", "True"]
+    assert 'User "system:serviceaccount:default:default" cannot list resource "secrets"' in lines[2]
+
+
+async def _finished(kube: Kube, name: str) -> dict[str, Any] | None:
+    p = await kube.get(f"{PODS}/{name}")
+    return p if ((p or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+
+async def test_init_containers_run_in_order_before_the_containers(kube: Kube) -> None:
+    def step(name: str, script: str) -> dict[str, Any]:
+        return {"name": name, "image": "localkube/python", "args": ["-c", script]}
+
+    body = pod(
+        "initd",
+        step("main", "import pathlib; print(pathlib.Path('order').read_text())"),
+        restartPolicy="Never",
+    )
+    body["spec"]["initContainers"] = [
+        step("first", "open('order', 'a').write('first ')"),
+        step("second", "import time; time.sleep(0.3); open('order', 'a').write('second')"),
+    ]
+    await kube.create(PODS, body)
+
+    async def initializing() -> dict[str, Any] | None:
+        p = await kube.get(f"{PODS}/initd")
+        st = (p or {}).get("status") or {}
+        conds = {c["type"]: c for c in st.get("conditions", [])}
+        init = conds.get("Initialized", {})
+        return st if init.get("status") == "False" and st.get("phase") == "Pending" else None
+
+    st = await eventually(initializing, what="Pending while initializing")
+    assert st["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    p = await eventually(lambda: phase(kube, "initd", "Succeeded"), what="initd Succeeded")
+    assert [s["ready"] for s in p["status"]["initContainerStatuses"]] == [True, True]
+    assert await read_log(kube, "initd", container="main") == "first second\n"
+
+
+async def test_a_failed_init_container_fails_a_never_pod(kube: Kube) -> None:
+    body = pod(
+        "badinit",
+        {"name": "main", "image": "localkube/python", "args": ["-c", "print('never')"]},
+        restartPolicy="Never",
+    )
+    body["spec"]["initContainers"] = [
+        {"name": "setup", "image": "localkube/python", "args": ["-c", "raise SystemExit(7)"]}
+    ]
+    await kube.create(PODS, body)
+    p = await eventually(lambda: phase(kube, "badinit", "Failed"), what="Failed")
+    assert p["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 7
+    assert "waiting" in p["status"]["containerStatuses"][0]["state"]

@@ -164,6 +164,18 @@ async def test_killed_container_restarts_and_bumps_restart_count(kube: Kube) -> 
     assert cs["lastState"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
     assert container_pid(second) != pid
 
+    async def events() -> list[str] | None:
+        items = (
+            await kube.list(
+                "/api/v1/namespaces/default/events", {"fieldSelector": "involvedObject.name=crash"}
+            )
+        )["items"]
+        reasons = [e["reason"] for e in items]
+        return reasons if reasons.count("Started") >= 2 and "Scheduled" in reasons else None
+
+    reasons = await eventually(events, what="Pod events")
+    assert {"Pulled", "Created"} <= set(reasons)
+
 
 async def test_graceful_deletion_sends_sigterm_then_sigkill_after_grace(
     kube: Kube, cluster: ClusterHandle
@@ -330,3 +342,39 @@ async def test_liveness_failure_restarts_container(kube: Kube, cluster: ClusterH
     p = await eventually(restarted, what="liveness restart")
     last = p["status"]["containerStatuses"][0]["lastState"]["terminated"]
     assert "Liveness probe failed" in last.get("message", "")
+
+
+async def test_node_registers_ready_with_a_lease(kube: Kube) -> None:
+    node = await kube.get("/api/v1/nodes/localkube")
+    assert node is not None
+    conds = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+    assert conds["Ready"] == "True"
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
+
+    async def lease() -> dict[str, Any] | None:
+        return await kube.get(
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/localkube"
+        )
+
+    found = await eventually(lease, what="node lease")
+    assert found["spec"]["holderIdentity"] == "localkube"
+    assert found["spec"]["renewTime"].endswith("Z")
+
+
+async def test_a_pod_that_never_started_is_deleted_at_once(kube: Kube) -> None:
+    await kube.create(PODS, pod("pull", {"name": "web", "image": "nginx"}))
+
+    async def waiting() -> bool:
+        p = await get_pod(kube, "pull")
+        cs = ((p or {}).get("status") or {}).get("containerStatuses") or []
+        return bool(cs and "waiting" in cs[0]["state"])
+
+    await eventually(waiting, what="ErrImagePull")
+    started = time.monotonic()
+    await kube.delete(f"{PODS}/pull")
+
+    async def gone() -> bool:
+        return await get_pod(kube, "pull") is None
+
+    await eventually(gone, what="deleted")
+    assert time.monotonic() - started < 5  # nothing to wait for: no process ran

@@ -10,10 +10,10 @@ from servers.bash.payload import (
     MAX_INPUT_BYTES,
     TEXT_CONTENT_TYPE,
     check_input,
-    is_json_media_type,
     output_content_type,
 )
 from servers.common.adapter import InvalidInput
+from servers.common.validation import is_json_media_type
 
 
 @pytest.mark.parametrize(

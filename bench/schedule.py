@@ -1,0 +1,124 @@
+"""Scheduler benchmark on localkube: Pending -> Scheduled latency and binds per second.
+
+Starts an in-process localkube (state in a temporary directory), installs the CRDs, creates
+a Runtime with enough capacity for every Run (``--pods`` x ``--runs-per-pod``), starts the
+control plane and the runtimed heartbeat double (tests/controlplane/harness.py), creates
+``--runs`` Runs at once and prints, from one watch on Runs:
+
+* Pending -> Scheduled latency per Run: the watch's arrival time of the Run's first event
+  (ADDED, Pending) to the arrival of its Scheduled event (p50, p95, max);
+* binds/s: Runs bound divided by the time from the first Run seen to the last bind.
+
+Usage: ``.venv/bin/python bench/schedule.py [--runs 200] [--pods 2] [--runs-per-pod 100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+# bench/ holds a localkube.py of its own: keep it from shadowing the localkube package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.append(str(ROOT))  # for tests.controlplane.harness
+
+from krt.kube.client import connect  # noqa: E402
+from krt.kube.informer import EventType, Informer, InformerEvent  # noqa: E402
+from krt.kube.resources import NAMESPACES, RUNS, RUNTIMES  # noqa: E402
+from localkube.cluster import ClusterConfig, serve_cluster  # noqa: E402
+from tests.controlplane.harness import (  # noqa: E402
+    NS,
+    HeartbeatDouble,
+    install_crds,
+    run_manifest,
+    runtime_manifest,
+    running_controlplane,
+    wait_for,
+)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+async def bench(runs: int, pods: int, runs_per_pod: int) -> None:
+    """Run the benchmark and print its numbers."""
+    with tempfile.TemporaryDirectory() as state:
+        async with trio.open_nursery() as nursery:
+            cluster = await nursery.start(
+                serve_cluster,
+                ClusterConfig(state_dir=Path(state) / "s", backoff_initial=0.2, shutdown_grace=1.0),
+            )
+            kube = await connect(kubeconfig=Path(cluster.apiserver.kubeconfig_path))
+            await kube.create(NAMESPACES, {"metadata": {"name": NS}})
+            await install_crds(kube)
+            await nursery.start(HeartbeatDouble(kube).run)
+            seen: dict[str, float] = {}
+            bound: dict[str, float] = {}
+
+            def on_run(event: InformerEvent) -> None:
+                name = str(event.obj["metadata"]["name"])
+                now = trio.current_time()
+                seen.setdefault(name, now)
+                phase = (event.obj.get("status") or {}).get("phase")
+                if event.type is not EventType.DELETED and phase == "Scheduled":
+                    bound.setdefault(name, now)
+
+            watch = Informer(kube, RUNS, namespace=NS)
+            watch.add_handler(on_run)
+            await nursery.start(watch.run)
+            await kube.create(RUNTIMES, runtime_manifest(replicas=pods, runs=runs_per_pod))
+            async with running_controlplane(kube) as plane:
+
+                async def pool_ready() -> bool:
+                    runtime = await kube.get(RUNTIMES, "python", NS)
+                    return (runtime.get("status") or {}).get("readyReplicas") == pods
+
+                await wait_for(pool_ready, seconds=60)
+                limiter = trio.CapacityLimiter(16)
+
+                async def create(index: int) -> None:
+                    async with limiter:
+                        await kube.create(RUNS, run_manifest(f"bench-{index:04d}"))
+
+                async with trio.open_nursery() as creators:
+                    for index in range(runs):
+                        creators.start_soon(create, index)
+                await wait_for(lambda: len(bound) >= runs, seconds=300)
+                latencies = [bound[name] - seen[name] for name in bound]
+                span = max(bound.values()) - min(seen.values())
+                print(f"runs: {runs} on {pods} Pods x {runs_per_pod}")
+                print(
+                    "Pending -> Scheduled: "
+                    f"p50 {statistics.median(latencies) * 1000:.1f} ms, "
+                    f"p95 {percentile(latencies, 0.95) * 1000:.1f} ms, "
+                    f"max {max(latencies) * 1000:.1f} ms"
+                )
+                print(f"binds/s: {len(bound) / span:.1f} ({len(bound)} binds in {span:.2f} s)")
+                print(f"bind conflicts: {plane.metrics.bind_conflicts._value.get():.0f}")  # noqa: SLF001
+            await kube.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def main() -> None:
+    """Parse arguments and run :func:`bench`."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--pods", type=int, default=2)
+    parser.add_argument("--runs-per-pod", type=int, default=100)
+    args = parser.parse_args()
+    if args.pods * args.runs_per_pod < args.runs:
+        parser.error("--pods x --runs-per-pod must hold every Run")
+    trio.run(bench, args.runs, args.pods, args.runs_per_pod)
+
+
+if __name__ == "__main__":
+    main()

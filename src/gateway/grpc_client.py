@@ -1,0 +1,375 @@
+"""One HTTP/2 connection carrying unary gRPC calls, with cancellation that reaches the server.
+
+Why not ``purerpc.Client``: its channel cannot send a ``grpc-timeout``, never resets a
+stream whose caller was cancelled (so the server keeps running the call), and leaves a call
+waiting forever when the connection drops. This module keeps purerpc's sans-IO pieces (its
+:class:`~purerpc.grpclib.connection.GRPCConnection` over ``h2`` does framing, headers and
+trailers) and adds only the trio I/O around them:
+
+* one reader task and one writer task per connection, owned by the connection's own nursery
+  (never by a request), so a cancelled request can never interrupt a half-written frame;
+* a cancelled or timed-out call sends ``RST_STREAM(CANCEL)`` at once, which is how every
+  gRPC client signals cancellation (seed 000, Invoke Contract; issue 8: "when the caller
+  disconnects, the invocation is cancelled all the way down");
+* a lost connection fails every call on it with :class:`ConnectionLostError`; nothing is
+  retried here (the gateway never retries after dispatch).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import h2.errors
+import h2.events
+import h2.exceptions
+import trio
+from purerpc.grpclib.buffers import MessageWriteBuffer
+from purerpc.grpclib.config import GRPCConfiguration
+from purerpc.grpclib.connection import GRPCConnection
+from purerpc.grpclib.events import (
+    MessageReceived,
+    ResponseEnded,
+    ResponseReceived,
+    WindowUpdated,
+)
+from purerpc.grpclib.exceptions import ProtocolError
+
+log = logging.getLogger("gateway.grpc")
+
+#: Largest response message accepted (bytes); a larger one fails the call with RESOURCE_EXHAUSTED.
+DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
+_READ_CHUNK: Final = 65536
+
+Metadata = Sequence[tuple[str, str]]
+
+
+class GrpcStatusError(Exception):
+    """The server answered the call with a non-OK gRPC status.
+
+    Attributes:
+        code: the numeric gRPC status code (``grpc-status``), e.g. 5 for NOT_FOUND.
+        message: ``grpc-message``, percent-decoded (may be empty).
+        trailers: the other trailing metadata, lowercase names.
+    """
+
+    def __init__(self, code: int, message: str, trailers: Metadata = ()) -> None:
+        self.code = code
+        self.message = message
+        self.trailers = tuple(trailers)
+        super().__init__(f"gRPC status {code}: {message}")
+
+
+class ConnectionLostError(Exception):
+    """The connection failed before the call got its status; the outcome is unknown.
+
+    Attributes:
+        dispatched: ``True`` once the request headers may have reached the server (the call
+            may have run), ``False`` when nothing was sent (safe to try another connection).
+    """
+
+    def __init__(self, message: str, *, dispatched: bool) -> None:
+        self.dispatched = dispatched
+        super().__init__(message)
+
+
+@dataclass(eq=False, slots=True)
+class _Call:
+    """The state of one in-flight unary call (a single HTTP/2 stream)."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    window: trio.Event = field(default_factory=trio.Event)
+    message: bytes | None = None
+    status: int | None = None
+    status_message: str = ""
+    trailers: Metadata = ()
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _StreamReset:
+    stream_id: int
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class _GoAway:
+    error_code: int
+
+
+class _Connection(GRPCConnection):  # type: ignore[misc]
+    """purerpc's sans-IO gRPC connection, reporting stream resets and GOAWAY.
+
+    purerpc drops both events; a client needs them to fail the affected calls at once.
+    """
+
+    def _stream_reset(self, event: h2.events.StreamReset) -> list[Any]:
+        self.message_read_buffers.pop(event.stream_id, None)
+        return [_StreamReset(event.stream_id, int(event.error_code))]
+
+    def _connection_terminated(self, event: h2.events.ConnectionTerminated) -> list[Any]:
+        return [_GoAway(int(event.error_code))]
+
+
+class GrpcConnection:
+    """A client HTTP/2 connection for unary gRPC calls.
+
+    Lifecycle: construct it over a connected stream, run :meth:`run` in a nursery with
+    ``await nursery.start(conn.run)``, make calls with :meth:`unary_call`, stop it with
+    :meth:`close` (or cancel the nursery). It takes ownership of the stream.
+
+    Args:
+        stream: a connected byte stream (TCP, or TLS with ALPN ``h2``).
+        authority: the ``:authority`` pseudo-header, ``host:port``.
+        scheme: ``http`` or ``https``.
+        max_message_bytes: largest response message accepted (bytes).
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        authority: str,
+        scheme: str = "http",
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self._stream = stream
+        self._authority = authority
+        self._scheme = scheme
+        self._h2 = _Connection(
+            GRPCConfiguration(client_side=True, max_message_length=max_message_bytes)
+        )
+        self._calls: dict[int, _Call] = {}
+        self._wake = trio.Event()
+        self._accepting = True
+        self._closed = trio.Event()
+        self._cancel_scope: trio.CancelScope | None = None
+        self.close_reason = ""
+
+    @property
+    def usable(self) -> bool:
+        """Whether new calls may start on this connection (running, no GOAWAY, not closed)."""
+        return self._accepting and not self._closed.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """Number of calls currently waiting for their status."""
+        return len(self._calls)
+
+    async def wait_closed(self) -> None:
+        """Return once the connection has stopped (for any reason)."""
+        await self._closed.wait()
+
+    def close(self) -> None:
+        """Stop the connection; calls still waiting fail with :class:`ConnectionLostError`."""
+        self._accepting = False
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Drive the connection until it closes; call :meth:`unary_call` meanwhile.
+
+        Sends the HTTP/2 preface, calls ``task_status.started()``, then reads until the peer
+        closes, a protocol error occurs or :meth:`close` is called. Never raises for a
+        connection failure: it records :attr:`close_reason` and fails the pending calls.
+        """
+        try:
+            with trio.CancelScope() as scope:
+                self._cancel_scope = scope
+                async with trio.open_nursery() as nursery:
+                    self._h2.initiate_connection()
+                    nursery.start_soon(self._writer)
+                    task_status.started()
+                    await self._reader()
+                    nursery.cancel_scope.cancel()
+            if scope.cancelled_caught and not self.close_reason:
+                self.close_reason = "closed"
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.close_reason = f"transport error: {exc!r}"
+        except (ProtocolError, h2.exceptions.ProtocolError) as exc:
+            self.close_reason = f"protocol error: {exc!r}"
+        finally:
+            self._accepting = False
+            self._closed.set()
+            reason = self.close_reason or "connection closed"
+            for call in self._calls.values():
+                if not call.done.is_set():
+                    call.error = ConnectionLostError(reason, dispatched=True)
+                    call.done.set()
+                call.window.set()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._stream)
+
+    def _flush(self) -> None:
+        self._wake.set()
+
+    async def _writer(self) -> None:
+        while True:
+            data = self._h2.data_to_send()
+            if data:
+                await self._stream.send_all(data)
+                continue
+            await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def _reader(self) -> None:
+        while True:
+            data = await self._stream.receive_some(_READ_CHUNK)
+            if not data:
+                self.close_reason = self.close_reason or "peer closed the connection"
+                return
+            try:
+                events = self._h2.receive_data(data)
+            except ProtocolError as exc:  # purerpc's own (bad status line, content type)
+                self.close_reason = f"protocol error: {exc}"
+                return
+            for event in events:
+                self._dispatch(event)
+            self._flush()
+
+    def _dispatch(self, event: Any) -> None:
+        if isinstance(event, WindowUpdated):
+            if event.stream_id == 0:
+                for waiting in self._calls.values():
+                    waiting.window.set()
+            elif (updated := self._calls.get(event.stream_id)) is not None:
+                updated.window.set()
+            return
+        if isinstance(event, _GoAway):
+            self._accepting = False
+            self.close_reason = f"GOAWAY (error code {event.error_code})"
+            return
+        call = self._calls.get(getattr(event, "stream_id", -1))
+        if call is None:
+            return
+        if isinstance(event, MessageReceived):
+            self._h2.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
+            if call.message is not None:
+                call.error = GrpcStatusError(13, "unary call received more than one message")
+                call.done.set()
+            else:
+                call.message = event.data
+        elif isinstance(event, ResponseEnded):
+            call.status = int(event.status.int_value)
+            call.status_message = event.status.status_message or ""
+            call.trailers = tuple(event.custom_metadata)
+            call.done.set()
+        elif isinstance(event, _StreamReset):
+            call.error = GrpcStatusError(
+                _reset_status(event.error_code), f"stream reset by server (code {event.error_code})"
+            )
+            call.done.set()
+        elif isinstance(event, ResponseReceived):
+            pass
+
+    async def _send_body(self, stream_id: int, call: _Call, payload: bytes) -> None:
+        buffer = MessageWriteBuffer(None, len(payload) + 5)
+        buffer.write_message(payload, False)
+        while buffer:
+            window = self._h2.flow_control_window(stream_id)
+            if window <= 0:
+                call.window = trio.Event()
+                await call.window.wait()
+                if call.done.is_set():
+                    return
+                continue
+            self._h2.send_data(stream_id, buffer.data_to_send(min(window, len(buffer))))
+            self._flush()
+        self._h2.end_request(stream_id)
+        self._flush()
+
+    async def unary_call(
+        self,
+        service: str,
+        method: str,
+        payload: bytes,
+        *,
+        metadata: Metadata = (),
+        timeout_seconds: float | None = None,
+        message_type: str | None = None,
+    ) -> bytes:
+        """Make one unary call and return the serialized response message.
+
+        The caller bounds the wait with a cancel scope; when that scope (or any outer one)
+        cancels the call, the stream is reset with ``CANCEL`` before ``Cancelled`` propagates.
+
+        Args:
+            service: full service name, e.g. ``executor.v1.FunctionRuntime``.
+            method: method name, e.g. ``InvokeFunction``.
+            payload: the serialized request message.
+            metadata: custom metadata, lowercase ASCII names (no ``grpc-`` prefix).
+            timeout_seconds: sent as ``grpc-timeout`` (rounded up to milliseconds); ``None``
+                sends none. Enforcing it locally is the caller's job.
+            message_type: optional ``grpc-message-type`` header.
+
+        Returns:
+            The response message bytes.
+
+        Raises:
+            ConnectionLostError: the connection is not usable or failed during the call
+                (``dispatched`` says whether the request may have reached the server).
+            GrpcStatusError: the server answered with a non-OK status (or reset the stream,
+                or broke the unary protocol: INTERNAL).
+        """
+        if not self.usable:
+            raise ConnectionLostError(
+                f"connection not usable: {self.close_reason or 'closing'}", dispatched=False
+            )
+        timeout = None
+        if timeout_seconds is not None:
+            timeout = datetime.timedelta(milliseconds=max(1, math.ceil(timeout_seconds * 1000)))
+        try:
+            stream_id = self._h2.get_next_available_stream_id()
+            self._h2.start_request(
+                stream_id,
+                self._scheme,
+                service,
+                method,
+                message_type,
+                self._authority,
+                timeout,
+                "+proto",
+                metadata,
+            )
+        except h2.exceptions.H2Error as exc:
+            self._accepting = False
+            raise ConnectionLostError(f"cannot open a stream: {exc!r}", dispatched=False) from exc
+        call = _Call()
+        self._calls[stream_id] = call
+        self._flush()
+        try:
+            await self._send_body(stream_id, call, payload)
+            await call.done.wait()
+        except BaseException:
+            if not call.done.is_set() and not self._closed.is_set():
+                try:
+                    self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+                except h2.exceptions.H2Error:
+                    pass
+                self._flush()
+            raise
+        finally:
+            del self._calls[stream_id]
+            self._h2.message_read_buffers.pop(stream_id, None)
+        if call.error is not None:
+            raise call.error
+        if call.status != 0:
+            raise GrpcStatusError(call.status or 2, call.status_message, call.trailers)
+        if call.message is None:
+            raise GrpcStatusError(13, "OK status without a response message")
+        return call.message
+
+
+def _reset_status(error_code: int) -> int:
+    """gRPC status for a stream reset by the server (the gRPC HTTP/2 spec's mapping)."""
+    if error_code == h2.errors.ErrorCodes.REFUSED_STREAM:
+        return 14  # UNAVAILABLE: not processed, like a refused connection
+    if error_code == h2.errors.ErrorCodes.CANCEL:
+        return 1  # CANCELLED
+    if error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM:
+        return 8  # RESOURCE_EXHAUSTED
+    return 13  # INTERNAL

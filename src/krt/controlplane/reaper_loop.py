@@ -1,0 +1,199 @@
+"""The stale-Run reaper: recovers Runs whose Runtime Pod is lost (the I/O around :mod:`.fencing`).
+
+Issue 5, Stale-Run reaper; seed 000, Ownership Epoch and Fencing. A Run key is queued when
+the Run is assigned (and in scope, :func:`~krt.controlplane.fencing.in_scope`), and again
+whenever something that could fence or lose its Pod changes: the Pod (including deletion and
+replacement under the same name), the Runtime Service's EndpointSlices, or the Pod's
+heartbeat Lease. A suspect but unfenced Run is re-checked every :data:`RECHECK_SECONDS`
+(heartbeats expire without an event).
+
+A recovery writes the retry engine's patch with a conditional status update (requeue to
+Pending with ``attempt + 1`` and reason ``PodLost``, or Failed), *then* removes the
+registration-cleanup finalizer when the fence was "Pod UID gone", with a merge patch that
+carries the Run's ``resourceVersion`` (conditional too). A 409 at either step re-reads from
+the cache on the next pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER
+from krt.api.patches import apply_merge_patch
+from krt.api.retry import Retry
+from krt.controlplane.caches import Caches
+from krt.controlplane.events import Recorder
+from krt.controlplane.fencing import Healthy, NotFenced, Recover, decide_reap, in_scope
+from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.kube.client import Kube, Obj
+from krt.kube.errors import Conflict, NotFound
+from krt.kube.informer import EventType, InformerEvent
+from krt.kube.resources import RUNS
+from krt.kube.status import write_status
+from krt.kube.workqueue import Requeue, WorkQueue
+
+log = logging.getLogger(__name__)
+
+RunKey = tuple[str, str]
+#: Seconds between checks of a Run whose Pod looks lost but is not fenced yet.
+RECHECK_SECONDS = 5.0
+
+
+def _key(obj: Mapping[str, Any]) -> RunKey:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+class Reaper:
+    """Fences and recovers Runs of lost Runtime Pods; see the module docstring.
+
+    Args:
+        kube: the client.
+        caches: the shared informers (handlers are registered here).
+        metrics: recoveries are counted by fence and outcome.
+        recorder: ``PodLost`` Events.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        caches: Caches,
+        *,
+        metrics: ControlPlaneMetrics,
+        recorder: Recorder,
+    ) -> None:
+        self._kube = kube
+        self._caches = caches
+        self._metrics = metrics
+        self._recorder = recorder
+        self.queue: WorkQueue[RunKey] = WorkQueue("reaper")
+        caches.runs.add_handler(self._on_run)
+        caches.pods.add_handler(self._on_pod)
+        caches.slices.add_handler(self._on_slice)
+        caches.leases.add_handler(self._on_lease)
+        metrics.track_queue("reaper", lambda: len(self.queue))
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def _on_run(self, event: InformerEvent) -> None:
+        if event.type is EventType.DELETED:
+            return
+        run = self._caches.parse_run(event.obj)
+        if run is not None and in_scope(run):
+            self.queue.add(_key(event.obj))
+
+    def _wake_pod_uid(self, uid: str) -> None:
+        for run in self._caches.runs_on_pod(uid):
+            self.queue.add((run.metadata.namespace, run.metadata.name))
+
+    def _on_pod(self, event: InformerEvent) -> None:
+        for obj in (event.obj, event.old):
+            if obj is not None:
+                self._wake_pod_uid(str((obj.get("metadata") or {}).get("uid", "")))
+
+    def _on_slice(self, event: InformerEvent) -> None:
+        for obj in (event.obj, event.old):
+            for endpoint in (obj or {}).get("endpoints") or []:
+                uid = (endpoint.get("targetRef") or {}).get("uid")
+                if uid:
+                    self._wake_pod_uid(str(uid))
+
+    def _on_lease(self, event: InformerEvent) -> None:
+        meta = event.obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if name.startswith("runtimed-"):
+            pod = self._caches.pods.get(str(meta.get("namespace", "")), name[len("runtimed-") :])
+            if pod is not None:
+                self._wake_pod_uid(str((pod.get("metadata") or {}).get("uid", "")))
+
+    # -- reconcile --------------------------------------------------------------------------
+
+    async def reconcile(self, key: RunKey) -> Requeue | None:
+        """Check one Run's assignment and recover it if it is lost and fenced."""
+        obj = self._caches.runs.get(*key)
+        if obj is None:
+            return None
+        run = self._caches.parse_run(obj)
+        if run is None or not in_scope(run):
+            return None
+        pod_obj = (
+            self._caches.pods.get(key[0], run.status.assigned_pod)
+            if run.status.assigned_pod
+            else None
+        )
+        pod = self._caches.pod_state(pod_obj) if pod_obj is not None else None
+        in_endpoints = (run.status.assigned_pod_uid or "") in self._caches.endpoint_pod_uids(
+            key[0], run.spec.runtime
+        )
+        decision = decide_reap(run, pod=pod, pod_in_endpoints=in_endpoints, now=self._caches.now())
+        if isinstance(decision, Healthy):
+            return None
+        if isinstance(decision, NotFenced):
+            log.debug("Run %s/%s: %s", *key, decision.why)
+            return Requeue(after=RECHECK_SECONDS)
+        assert isinstance(decision, Recover)
+        current = obj
+        if decision.decision is not None:
+            try:
+                current = await write_status(
+                    self._kube,
+                    RUNS,
+                    obj,
+                    apply_merge_patch(obj.get("status"), decision.decision.patch),
+                )
+            except Conflict:
+                return None  # the informer delivers the newer Run, which is queued again
+            except NotFound:
+                return None
+            outcome = "requeued" if isinstance(decision.decision, Retry) else "failed"
+            self._metrics.recoveries.labels(fence=decision.fence.value, outcome=outcome).inc()
+            self._recorder.record(
+                obj,
+                type="Warning",
+                reason="PodLost",
+                message=f"{decision.message}; "
+                + (
+                    f"requeued as attempt {decision.decision.attempt}"
+                    if isinstance(decision.decision, Retry)
+                    else "no attempts left: Failed"
+                ),
+            )
+        if decision.remove_finalizer:
+            await self._remove_finalizer(current)
+            if decision.decision is None:
+                self._metrics.recoveries.labels(
+                    fence=decision.fence.value, outcome="finalizer-removed"
+                ).inc()
+        return None
+
+    async def _remove_finalizer(self, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if REGISTRATION_CLEANUP_FINALIZER not in finalizers:
+            return
+        remaining = [f for f in finalizers if f != REGISTRATION_CLEANUP_FINALIZER]
+        patch = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "finalizers": remaining or None,
+            }
+        }
+        try:
+            await self._kube.patch(RUNS, str(meta["name"]), str(meta["namespace"]), patch)
+        except (Conflict, NotFound) as exc:
+            log.debug("finalizer removal on %s skipped: %s", _key(obj), exc)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Reap until cancelled (the caller holds leadership). Checks every assigned Run first."""
+        for obj in self._caches.runs.items():
+            run = self._caches.parse_run(obj)
+            if run is not None and in_scope(run):
+                self.queue.add(_key(obj))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(self.queue.run, self.reconcile, workers=4))
+            task_status.started()

@@ -1,0 +1,171 @@
+"""The Runtime controller: keeps each Runtime's pool objects and status current.
+
+Issue 5, Runtime controller. The desired objects and status come from
+:mod:`krt.controlplane.runtime_resources` (pure); this module compares them with the
+informer caches and writes the difference: a missing object is created (a deleted
+Deployment comes back), a drifted one is replaced conditionally (its ``resourceVersion``),
+and the status is written conditionally when it changed. Children carry a controller owner
+reference, so deleting the Runtime lets the garbage collector remove them.
+
+A Runtime key is queued when the Runtime changes, when one of its children changes or
+disappears (found by the ``kruntimes.io/runtime`` label), and when one of its Pods or their
+heartbeat Leases changes (``readyReplicas``). The Runtimes informer's RESYNC re-checks every
+Runtime periodically (heartbeats expire without an event).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from krt.api.constants import RUNTIME_LABEL
+from krt.api.patches import apply_merge_patch
+from krt.controlplane.caches import Caches, InformerSet
+from krt.controlplane.events import Recorder
+from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.controlplane.runtime_resources import (
+    desired_objects,
+    merge_for_update,
+    needs_update,
+    runtime_status_patch,
+)
+from krt.kube.client import Kube, Obj
+from krt.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
+from krt.kube.informer import InformerEvent
+from krt.kube.resources import (
+    DEPLOYMENTS,
+    ROLEBINDINGS,
+    ROLES,
+    RUNTIMES,
+    SERVICEACCOUNTS,
+    SERVICES,
+    ResourceRef,
+)
+from krt.kube.status import write_status
+from krt.kube.workqueue import Requeue, WorkQueue
+
+log = logging.getLogger(__name__)
+
+RuntimeKey = tuple[str, str]
+
+
+class RuntimeController:
+    """Reconciles Runtimes; see the module docstring.
+
+    Args:
+        kube: the client.
+        caches: the shared informers (handlers are registered here).
+        metrics: queue depth is reported.
+        recorder: ``InvalidTemplate`` and ``Created``/``Updated`` Events.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        caches: Caches,
+        *,
+        metrics: ControlPlaneMetrics,
+        recorder: Recorder,
+    ) -> None:
+        self._kube = kube
+        self._caches = caches
+        self._recorder = recorder
+        self.queue: WorkQueue[RuntimeKey] = WorkQueue("runtimes")
+        self._children: dict[str, tuple[ResourceRef, InformerSet]] = {
+            "ServiceAccount": (SERVICEACCOUNTS, caches.service_accounts),
+            "Role": (ROLES, caches.roles),
+            "RoleBinding": (ROLEBINDINGS, caches.role_bindings),
+            "Service": (SERVICES, caches.services),
+            "Deployment": (DEPLOYMENTS, caches.deployments),
+        }
+        caches.runtimes.add_handler(self._on_runtime)
+        for _, informer_set in self._children.values():
+            informer_set.add_handler(self._on_labelled)
+        caches.pods.add_handler(self._on_labelled)
+        caches.leases.add_handler(self._on_lease)
+        metrics.track_queue("runtimes", lambda: len(self.queue))
+
+    def _on_runtime(self, event: InformerEvent) -> None:
+        meta = event.obj.get("metadata") or {}
+        self.queue.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+
+    def _on_labelled(self, event: InformerEvent) -> None:
+        meta = event.obj.get("metadata") or {}
+        runtime = (meta.get("labels") or {}).get(RUNTIME_LABEL)
+        if runtime:
+            self.queue.add((str(meta.get("namespace", "")), str(runtime)))
+
+    def _on_lease(self, event: InformerEvent) -> None:
+        meta = event.obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if name.startswith("runtimed-"):
+            pod = self._caches.pods.get(str(meta.get("namespace", "")), name[len("runtimed-") :])
+            if pod is not None:
+                self._on_labelled(InformerEvent(event.type, pod))
+
+    async def reconcile(self, key: RuntimeKey) -> Requeue | None:
+        """Create or repair a Runtime's children, then write its status."""
+        namespace, name = key
+        obj = self._caches.runtimes.get(namespace, name)
+        runtime = self._caches.get_runtime(namespace, name)
+        if obj is None or runtime is None or runtime.metadata.is_deleting:
+            return None
+        try:
+            desired = desired_objects(runtime)
+        except ValueError as exc:
+            self._recorder.record(obj, type="Warning", reason="InvalidTemplate", message=str(exc))
+            log.warning("Runtime %s/%s: %s", namespace, name, exc)
+            return None
+        requeue = False
+        for want in desired:
+            ref, informer_set = self._children[want["kind"]]
+            have = informer_set.get(namespace, want["metadata"]["name"])
+            try:
+                if have is None:
+                    await self._kube.create(ref, want)
+                    log.info("Runtime %s/%s: created %s", namespace, name, want["kind"])
+                elif needs_update(have, want):
+                    await self._kube.replace(ref, merge_for_update(have, want))
+                    log.info("Runtime %s/%s: updated %s", namespace, name, want["kind"])
+            except (AlreadyExists, Conflict):
+                requeue = True  # the cache is behind; its event queues this key again
+            except NotFound:
+                requeue = True
+            except Invalid as exc:
+                self._recorder.record(
+                    obj, type="Warning", reason="InvalidTemplate", message=str(exc)
+                )
+                log.warning("Runtime %s/%s: %s rejected: %s", namespace, name, want["kind"], exc)
+        deployment = self._caches.deployments.get(namespace, desired[-1]["metadata"]["name"])
+        patch = runtime_status_patch(
+            runtime,
+            deployment=deployment,
+            pods=self._caches.pods_of_runtime(namespace, name),
+            now=self._caches.now(),
+        )
+        if patch:
+            try:
+                await write_status(
+                    self._kube, RUNTIMES, obj, apply_merge_patch(_status(obj), patch)
+                )
+            except (Conflict, NotFound):
+                requeue = True
+        return Requeue(after=1.0) if requeue else None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Reconcile until cancelled (the caller holds leadership). Checks every Runtime first."""
+        for obj in self._caches.runtimes.items():
+            meta = obj.get("metadata") or {}
+            self.queue.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(self.queue.run, self.reconcile, workers=2))
+            task_status.started()
+
+
+def _status(obj: Mapping[str, Any]) -> Obj | None:
+    status = obj.get("status")
+    return dict(status) if isinstance(status, Mapping) else None

@@ -1,0 +1,341 @@
+"""The scheduler: binds Pending Runs to Runtime Pods (the I/O around :mod:`.scheduling`).
+
+Issue 5, Scheduler. Shape (after kube-scheduler): one *scheduling cycle* at a time takes a
+Run key from the queue, decides (:func:`~krt.controlplane.scheduling.decide_schedule`) on
+the cached Run, Pods, Leases and usage, and for a bind records an *assumption*
+(:class:`~krt.controlplane.capacity.AssumedBinds`) before starting the bind request in a
+child task. The next cycle therefore already counts the Run on its Pod even though the
+informer has not delivered the bind yet, and cycles never wait on the network.
+
+A bind is a conditional status update (:func:`krt.kube.status.write_status`: PUT /status
+with the cached ``resourceVersion``). On 409 Conflict the assumption is dropped, the Run is
+re-read from the API and scheduled again from that fresh copy; a Run some other writer
+already bound is no longer Pending and is left alone, so a Run is never bound twice.
+
+Wake-ups: a Run is queued when it is (or becomes) Pending; all Pending Runs of a Runtime are
+queued at once when capacity is released there (a Run holding capacity becomes terminal, is
+unassigned or is deleted), when one of its Pods becomes schedulable, or when the Runtime
+changes. The Runs informer's periodic RESYNC re-queues every Pending Run as a fallback.
+Pending Runs are queued oldest first.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from krt.api.constants import Reason
+from krt.api.patches import apply_merge_patch
+from krt.api.phases import Phase
+from krt.api.resources import add
+from krt.api.run import Run
+from krt.controlplane.caches import Caches, runtime_key
+from krt.controlplane.capacity import AssumedBinds, capacity_holder, usage_by_pod
+from krt.controlplane.events import Recorder
+from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.controlplane.scheduling import (
+    Backoff,
+    Bind,
+    Cancel,
+    Skip,
+    Unschedulable,
+    decide_schedule,
+)
+from krt.kube.client import Kube, Obj
+from krt.kube.errors import Conflict, KubeError, NotFound
+from krt.kube.informer import EventType, InformerEvent
+from krt.kube.resources import RUNS
+from krt.kube.status import write_status
+from krt.kube.workqueue import Requeue, WorkQueue
+
+log = logging.getLogger(__name__)
+
+RunKey = tuple[str, str]
+#: Binds in flight at once (each is one HTTP request).
+MAX_CONCURRENT_BINDS = 16
+
+
+def _key(obj: Mapping[str, Any]) -> RunKey:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+class Scheduler:
+    """Places Pending Runs; see the module docstring.
+
+    Args:
+        kube: the client.
+        caches: the shared informers (handlers are registered here).
+        metrics: where binds, conflicts and latencies are counted.
+        recorder: Events (``Scheduled``, ``FailedScheduling``, ``Cancelled``).
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        caches: Caches,
+        *,
+        metrics: ControlPlaneMetrics,
+        recorder: Recorder,
+    ) -> None:
+        self._kube = kube
+        self._caches = caches
+        self._metrics = metrics
+        self._recorder = recorder
+        self.queue: WorkQueue[RunKey] = WorkQueue("scheduler")
+        self.assumed = AssumedBinds()
+        self._usage: dict[str, dict[str, dict[str, int]]] = {}
+        self._pending_since: dict[RunKey, float] = {}
+        self._schedulable: dict[str, bool] = {}
+        self._fresh: dict[RunKey, tuple[str, Obj]] = {}
+        self._binds: trio.Nursery | None = None
+        self._bind_limit = trio.CapacityLimiter(MAX_CONCURRENT_BINDS)
+        #: Binds that succeeded in this process.
+        self.bound = 0
+        caches.runs.add_handler(self._on_run)
+        caches.pods.add_handler(self._on_pod)
+        caches.leases.add_handler(self._on_lease)
+        caches.runtimes.add_handler(self._on_runtime)
+        metrics.track_queue("scheduler", lambda: len(self.queue))
+
+    # -- wake-ups (informer handlers: synchronous, enqueue only) ----------------------------
+
+    def _enqueue(self, key: RunKey) -> None:
+        self._pending_since.setdefault(key, trio.current_time())
+        self.queue.add(key)
+
+    def wake_runtime(self, namespace: str, runtime: str) -> None:
+        """Queue every Pending Run of a Runtime, oldest first."""
+        pending = [
+            run
+            for run in self._caches.runs_of_runtime(namespace, runtime)
+            if run.status.phase is Phase.PENDING and not run.metadata.is_deleting
+        ]
+        pending.sort(
+            key=lambda run: (
+                run.metadata.creation_timestamp is None,
+                run.metadata.creation_timestamp,
+                run.metadata.name,
+            )
+        )
+        for run in pending:
+            self._enqueue((namespace, run.metadata.name))
+
+    def _on_run(self, event: InformerEvent) -> None:
+        obj = event.obj
+        key = _key(obj)
+        meta = obj.get("metadata") or {}
+        spec_runtime = str((obj.get("spec") or {}).get("runtime", ""))
+        self._usage.pop(runtime_key(key[0], spec_runtime), None)
+        if event.type is EventType.DELETED:
+            self.assumed.observe(str(meta.get("uid", "")), None)
+            self._caches.forget_run(*key)
+            self._pending_since.pop(key, None)
+            old = self._caches.parse_run(event.old or obj)
+            if old is not None and capacity_holder(old) is not None:
+                self.wake_runtime(key[0], old.spec.runtime)
+            return
+        self.assumed.observe(str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
+        run = self._caches.parse_run(obj)
+        if run is None:
+            return
+        if run.status.phase is Phase.PENDING and not run.metadata.is_deleting:
+            self._enqueue(key)
+        else:
+            self._pending_since.pop(key, None)
+        if event.old is not None:
+            old = self._caches.parse_run(event.old)
+            if (
+                old is not None
+                and capacity_holder(old) is not None
+                and capacity_holder(run) != capacity_holder(old)
+            ):
+                self.wake_runtime(key[0], run.spec.runtime)
+
+    def _pod_changed(self, obj: Obj, deleted: bool) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        if deleted:
+            self._schedulable.pop(uid, None)
+            return
+        state = self._caches.pod_state(obj)
+        was = self._schedulable.get(uid, False)
+        self._schedulable[uid] = state.schedulable
+        if state.schedulable and not was and state.runtime:
+            self.wake_runtime(state.namespace, state.runtime)
+
+    def _on_pod(self, event: InformerEvent) -> None:
+        self._pod_changed(event.obj, event.type is EventType.DELETED)
+
+    def _on_lease(self, event: InformerEvent) -> None:
+        meta = event.obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        if not name.startswith("runtimed-"):
+            return
+        pod = self._caches.pods.get(str(meta.get("namespace", "")), name[len("runtimed-") :])
+        if pod is not None:
+            self._pod_changed(pod, False)
+
+    def _on_runtime(self, event: InformerEvent) -> None:
+        if event.type is EventType.RESYNC:
+            return
+        meta = event.obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        self._usage.pop(runtime_key(namespace, name), None)
+        self.wake_runtime(namespace, name)
+
+    # -- the scheduling cycle -------------------------------------------------------------
+
+    def _usage_of(self, namespace: str, runtime: str) -> dict[str, dict[str, int]]:
+        """Per-Pod usage of a Runtime's Runs plus this process's assumed binds (cached).
+
+        Assumptions of other Runtimes' Runs land on other Pods' UIDs, which this Runtime's
+        decisions never look up, so all assumptions can be passed.
+        """
+        key = runtime_key(namespace, runtime)
+        usage = self._usage.get(key)
+        if usage is None:
+            usage = usage_by_pod(self._caches.runs_of_runtime(namespace, runtime), self.assumed)
+            self._usage[key] = usage
+        return usage
+
+    def _current(self, key: RunKey) -> tuple[Obj, Run] | None:
+        """The Run to decide on: the cache, or a fresher copy read after a bind conflict."""
+        cached = self._caches.runs.get(*key)
+        fresh = self._fresh.pop(key, None)
+        if cached is None:
+            return None
+        if fresh is not None and (cached.get("metadata") or {}).get("resourceVersion") == fresh[0]:
+            run = _parse(fresh[1])
+            return (fresh[1], run) if run is not None else None
+        run = self._caches.parse_run(cached)
+        return (cached, run) if run is not None else None
+
+    async def reconcile(self, key: RunKey) -> Requeue | None:
+        """One scheduling cycle for the Run ``key`` (``(namespace, name)``)."""
+        current = self._current(key)
+        if current is None:
+            self._pending_since.pop(key, None)
+            return None
+        obj, run = current
+        if self.assumed.get(run.metadata.uid) is not None:
+            return None  # bound by this process; the informer has not caught up yet
+        namespace = run.metadata.namespace
+        runtime = self._caches.get_runtime(namespace, run.spec.runtime)
+        pods = self._caches.pods_of_runtime(namespace, run.spec.runtime)
+        usage = self._usage_of(namespace, run.spec.runtime)
+        decision = decide_schedule(
+            run, runtime=runtime, pods=pods, usage=usage, now=self._caches.now()
+        )
+        if isinstance(decision, Skip):
+            self._pending_since.pop(key, None)
+            return None
+        if isinstance(decision, Backoff):
+            return Requeue(after=decision.delay_seconds)
+        if isinstance(decision, Bind):
+            self.assumed.assume(run, decision.pod.uid)
+            usage[decision.pod.uid] = add(
+                usage.get(decision.pod.uid, {}), run.spec.effective_requests
+            )
+            assert self._binds is not None
+            self._binds.start_soon(self._bind, key, obj, run, decision)
+            return None
+        if isinstance(decision, Cancel):
+            await self._write(obj, decision.patch)
+            self._recorder.record(
+                obj,
+                type="Normal",
+                reason=Reason.CANCELLED.value,
+                message="cancelled before it was scheduled",
+            )
+            self._pending_since.pop(key, None)
+            return None
+        assert isinstance(decision, Unschedulable)
+        self._metrics.unschedulable.labels(reason=decision.reason.value).inc()
+        if decision.patch:
+            await self._write(obj, decision.patch)
+            self._recorder.record(
+                obj, type="Warning", reason="FailedScheduling", message=decision.message
+            )
+        return None
+
+    async def _write(self, obj: Obj, patch: Mapping[str, Any]) -> Obj | None:
+        """Conditional status write; a conflict or a vanished Run is left to the informer."""
+        try:
+            return await write_status(
+                self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), patch)
+            )
+        except (Conflict, NotFound) as exc:
+            log.debug("status write of %s skipped: %s", _key(obj), exc)
+            return None
+
+    def _drop_assumption(self, key: RunKey, run: Run) -> None:
+        self.assumed.forget(run.metadata.uid)
+        self._usage.pop(runtime_key(key[0], run.spec.runtime), None)
+
+    async def _bind(self, key: RunKey, obj: Obj, run: Run, decision: Bind) -> None:
+        """Send one bind; on 409 re-read the Run and schedule it again from the fresh copy."""
+        async with self._bind_limit:
+            try:
+                await write_status(
+                    self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), decision.patch)
+                )
+            except Conflict:
+                self._metrics.bind_conflicts.inc()
+                self._drop_assumption(key, run)
+                try:
+                    fresh = await self._kube.get(RUNS, key[1], key[0])
+                except NotFound:
+                    return
+                except KubeError as exc:
+                    log.info("re-read of %s/%s after a conflict failed: %s", *key, exc)
+                    self.queue.add_after(key, 0.5)
+                    return
+                stale = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+                self._fresh[key] = (stale, fresh)
+                self._enqueue(key)
+                return
+            except NotFound:
+                self._drop_assumption(key, run)
+                return
+            except KubeError as exc:
+                self._drop_assumption(key, run)
+                log.warning("bind of %s/%s failed: %s", *key, exc)
+                self.queue.add_after(key, 0.5)
+                return
+        self.bound += 1
+        self._metrics.binds.inc()
+        since = self._pending_since.pop(key, None)
+        if since is not None:
+            self._metrics.bind_latency.observe(trio.current_time() - since)
+        self._recorder.record(
+            obj,
+            type="Normal",
+            reason="Scheduled",
+            message=f"bound to Pod {decision.pod.name} (attempt {decision.attempt})",
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Schedule until cancelled (the caller holds leadership). Queues every Pending Run first."""
+        self.assumed = AssumedBinds()
+        self._usage.clear()
+        async with trio.open_nursery() as nursery:
+            self._binds = nursery
+            for obj in self._caches.runs.items():
+                run = self._caches.parse_run(obj)
+                if run is not None and run.status.phase is Phase.PENDING:
+                    self._enqueue(_key(obj))
+            await nursery.start(functools.partial(self.queue.run, self.reconcile, workers=1))
+            task_status.started()
+
+
+def _parse(obj: Obj) -> Run | None:
+    try:
+        return Run.from_dict(obj)
+    except Exception:  # a malformed fresh read: leave it to the informer
+        log.warning("ignoring malformed Run %s", _key(obj))
+        return None

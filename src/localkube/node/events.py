@@ -1,0 +1,91 @@
+"""Pod Events from the node (``kubectl describe pod`` shows them), written in the
+background so a slow API never delays a container.
+
+Reasons follow the kubelet's: Scheduled (from ``default-scheduler``), Pulled, Created,
+Started, Killing, BackOff, Unhealthy, Failed. Events go through a bounded queue; when it is
+full, new events are dropped (they are diagnostics, never state).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from localkube.controllers.kubeapi import Kube, collection_path
+from localkube.node.podstatus import rfc3339
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE = 1000
+
+
+class EventRecorder:
+    """Queue and write ``v1`` Events about Pods.
+
+    Args:
+        kube: API client. node_name: the reporting host.
+    """
+
+    def __init__(self, kube: Kube, node_name: str) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self._send, self._receive = trio.open_memory_channel[dict[str, Any]](QUEUE_SIZE)
+
+    def record(
+        self,
+        pod: Mapping[str, Any],
+        etype: str,
+        reason: str,
+        message: str,
+        *,
+        field_path: str = "",
+        component: str = "kubelet",
+    ) -> None:
+        """Queue one Event about ``pod`` (``etype`` Normal or Warning); never blocks."""
+        meta = pod.get("metadata", {})
+        now = time.time()
+        involved: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": meta.get("namespace", ""),
+            "name": meta.get("name", ""),
+            "uid": meta.get("uid", ""),
+        }
+        if field_path:
+            involved["fieldPath"] = field_path
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{meta.get('name', 'pod')}.",
+                "namespace": meta.get("namespace", "default"),
+            },
+            "involvedObject": involved,
+            "type": etype,
+            "reason": reason,
+            "message": message,
+            "source": {"component": component, "host": self.node_name},
+            "reportingComponent": component,
+            "reportingInstance": self.node_name,
+            "firstTimestamp": rfc3339(now),
+            "lastTimestamp": rfc3339(now),
+            "count": 1,
+        }
+        try:
+            self._send.send_nowait(event)
+        except trio.WouldBlock:
+            log.debug("event queue full; dropped %s %s", reason, message)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write queued Events; never returns unless cancelled."""
+        task_status.started()
+        async for event in self._receive:
+            ns = event["metadata"]["namespace"]
+            try:
+                await self.kube.create(collection_path("v1", "events", ns), event)
+            except Exception as exc:  # noqa: BLE001 - diagnostics only: log and go on
+                log.debug("event %s not written: %s", event["reason"], exc)

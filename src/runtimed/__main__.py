@@ -1,0 +1,181 @@
+"""``runtimed``: the command line of the sidecar (a thin click command, then one ``trio.run``).
+
+Every identity and configuration value has a flag and an environment variable; the Runtime
+controller's Deployment sets the variables (``POD_NAME``, ``POD_NAMESPACE``, ``POD_UID``,
+``POD_IP`` through the downward API, ``RUNTIME_NAME``, ``RUNTIME_SERVER_ADDRESS``,
+``WORKSPACE_DIR``). ``--path-root`` (``KRT_POD_ROOT``) prefixes absolute container paths
+(the workspace), for nodes that run containers as plain processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+import click
+import trio
+
+from runtimed.daemon import DaemonConfig, serve_daemon
+from runtimed.identity import PodIdentity
+from runtimed.logs import configure_logging
+from runtimed.runtime_client import parse_address
+from runtimed.sources import Workspace
+
+log = logging.getLogger("runtimed")
+
+
+def _under_root(path: Path, root: Path | None) -> Path:
+    if root is None or not path.is_absolute():
+        return path
+    return root / path.relative_to(path.anchor)
+
+
+async def _run_until_signal(config: DaemonConfig) -> None:
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            await nursery.start(serve_daemon, config)
+            async for signum in signals:
+                log.info("stopping", extra={"signal": signal.Signals(signum).name})
+                nursery.cancel_scope.cancel()
+                break
+
+
+@click.command(
+    name="runtimed",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Logs are JSON lines on stderr; task stdout/stderr are logged keyed by run_uid and attempt.",
+)
+@click.option("--pod-name", envvar="POD_NAME", required=True, help="This Pod's name.")
+@click.option(
+    "--pod-namespace", envvar="POD_NAMESPACE", required=True, help="This Pod's namespace."
+)
+@click.option("--pod-uid", envvar="POD_UID", required=True, help="This Pod's UID.")
+@click.option("--pod-ip", envvar="POD_IP", default="", show_default=True, help="This Pod's IP.")
+@click.option("--runtime-name", envvar="RUNTIME_NAME", default="", help="The Runtime's name.")
+@click.option(
+    "--runtime-server",
+    envvar="RUNTIME_SERVER_ADDRESS",
+    required=True,
+    metavar="HOST:PORT",
+    help="The local Runtime Server's gRPC address.",
+)
+@click.option(
+    "--workspace-dir",
+    envvar="WORKSPACE_DIR",
+    default="/workspace",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="The workspace shared with the Runtime Server.",
+)
+@click.option(
+    "--server-workspace-dir",
+    envvar="RUNTIME_SERVER_WORKSPACE_DIR",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="The workspace as the Runtime Server sees it (default: the path runtimed uses).",
+)
+@click.option(
+    "--path-root",
+    envvar="KRT_POD_ROOT",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Prefix of absolute container paths (nodes running containers as processes).",
+)
+@click.option(
+    "--http-host",
+    envvar="RUNTIMED_HTTP_HOST",
+    default=None,
+    help="Address of /healthz and /metrics (default: the Pod IP, else 0.0.0.0).",
+)
+@click.option(
+    "--http-port",
+    envvar="RUNTIMED_HTTP_PORT",
+    default=8081,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port of /healthz and /metrics.",
+)
+@click.option(
+    "--kubeconfig", envvar="RUNTIMED_KUBECONFIG", default=None, type=click.Path(path_type=Path)
+)
+@click.option(
+    "--serviceaccount-dir",
+    envvar="KRT_SERVICEACCOUNT_DIR",
+    default="/var/run/secrets/kubernetes.io/serviceaccount",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="In-cluster credentials directory.",
+)
+@click.option(
+    "--git", "git", envvar="RUNTIMED_GIT", default="git", show_default=True, help="git executable."
+)
+@click.option(
+    "--rleg-period",
+    envvar="RUNTIMED_RLEG_PERIOD",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="Seconds between Runtime Server List polls while executions run.",
+)
+@click.option(
+    "--log-level",
+    envvar="RUNTIMED_LOG_LEVEL",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def main(
+    pod_name: str,
+    pod_namespace: str,
+    pod_uid: str,
+    pod_ip: str,
+    runtime_name: str,
+    runtime_server: str,
+    workspace_dir: Path,
+    server_workspace_dir: Path | None,
+    path_root: Path | None,
+    http_host: str | None,
+    http_port: int,
+    kubeconfig: Path | None,
+    serviceaccount_dir: Path,
+    git: str,
+    rleg_period: float,
+    log_level: str,
+) -> None:
+    """Run the runtimed sidecar of a Runtime Pod (task lifecycle, heartbeat, readiness)."""
+    from runtimed.tasks import TaskTimings
+
+    try:
+        pod = PodIdentity(
+            name=pod_name, namespace=pod_namespace, uid=pod_uid, ip=pod_ip, runtime=runtime_name
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        host, port = parse_address(runtime_server)
+    except ValueError as exc:
+        raise click.UsageError(f"--runtime-server: {exc}") from None
+    workspace_root = _under_root(workspace_dir, path_root).resolve()
+    try:
+        workspace_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.UsageError(f"--workspace-dir {str(workspace_root)!r}: {exc.strerror}") from None
+    configure_logging(log_level)
+    config = DaemonConfig(
+        pod=pod,
+        server_host=host,
+        server_port=port,
+        workspace=Workspace(root=workspace_root, server_root=server_workspace_dir),
+        http_host=http_host or pod_ip or "0.0.0.0",
+        http_port=http_port,
+        kubeconfig=kubeconfig,
+        serviceaccount_dir=serviceaccount_dir,
+        git=git,
+        timings=TaskTimings(rleg_period=rleg_period),
+    )
+    trio.run(_run_until_signal, config)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,222 @@
+"""The runtimed daemon: one trio nursery tree per Runtime Pod (DESIGN.md, Concurrency shape).
+
+Start-up order, each child started with ``nursery.start`` so it is explicit:
+
+1. the Runtime Server channel (:class:`~runtimed.runtime_client.RuntimeServerClient`,
+   reconnecting; long-lived, outermost);
+2. the Event sender;
+3. the Run informer of the Pod's namespace, synced: its handler enqueues only Runs whose
+   ``status.assignedPodUID`` is this Pod's UID (or that hold local state here), and an index
+   on that field lists this Pod's Runs without scanning the namespace. Kubernetes (and
+   localkube) do not offer field selectors on custom resources, and the scheduler sets no
+   label, so the filter is client-side: one dictionary lookup per event;
+4. the task lifecycle (reconcile workers, start workers, RLEG, sweeper), after a first sweep
+   of the Runtime Server's executions (restart safety);
+5. readiness (``RuntimedReady`` follows Health) and the heartbeat Lease;
+6. ``/healthz`` and ``/metrics``.
+
+Cancelling the root nursery stops everything; per-Run work lives in the lifecycle's nursery.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from krt.kube.client import Kube, Obj, connect
+from krt.kube.clock import Clock, SystemClock
+from krt.kube.heartbeat import (
+    HEARTBEAT_LEASE_DURATION_SECONDS,
+    HEARTBEAT_PERIOD_SECONDS,
+    run_heartbeat,
+)
+from krt.kube.informer import Informer
+from krt.kube.resources import RUNS
+from krt.kube.status import patch_pod_condition
+from runtimed.events import KubeEventSink
+from runtimed.httpserver import health_app, serve_http
+from runtimed.identity import PodIdentity
+from runtimed.metrics import RuntimedMetrics
+from runtimed.readiness import ReadinessLoop
+from runtimed.runtime_client import RuntimeServerClient
+from runtimed.sources import Workspace
+from runtimed.tasks import KubeStatusWriter, TaskLifecycle, TaskTimings
+
+__all__ = [
+    "ASSIGNED_POD_INDEX",
+    "DaemonConfig",
+    "DaemonHandle",
+    "assigned_pod_uids",
+    "serve_daemon",
+]
+
+log = logging.getLogger(__name__)
+
+#: Informer index of Runs by ``status.assignedPodUID``.
+ASSIGNED_POD_INDEX = "assignedPodUID"
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """Everything runtimed needs to run (built by the CLI from flags and environment).
+
+    Attributes:
+        pod: this Pod's identity.
+        server_host, server_port: the local Runtime Server.
+        workspace: the shared workspace.
+        http_host, http_port: where ``/healthz`` and ``/metrics`` listen (port 0: any).
+        kubeconfig: a kubeconfig path, or ``None`` for ``$KUBECONFIG`` / in-cluster.
+        serviceaccount_dir: in-cluster credentials directory.
+        git: the git executable.
+        timings: task lifecycle deadlines and periods.
+        heartbeat_period: Lease renewal period, seconds.
+        lease_duration: ``leaseDurationSeconds`` of the heartbeat Lease.
+        health_period: seconds between Health probes.
+    """
+
+    pod: PodIdentity
+    server_host: str
+    server_port: int
+    workspace: Workspace
+    http_host: str = "0.0.0.0"
+    http_port: int = 8081
+    kubeconfig: Path | None = None
+    serviceaccount_dir: Path = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+    git: str = "git"
+    timings: TaskTimings = field(default_factory=TaskTimings)
+    heartbeat_period: float = HEARTBEAT_PERIOD_SECONDS
+    lease_duration: int = HEARTBEAT_LEASE_DURATION_SECONDS
+    health_period: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonHandle:
+    """What :func:`serve_daemon` reports once running (tests and diagnostics).
+
+    Attributes:
+        http_port: the bound ``/healthz`` / ``/metrics`` port.
+        lifecycle: the task lifecycle.
+        informer: the Run informer.
+        server: the Runtime Server client.
+        readiness: the readiness loop.
+    """
+
+    http_port: int
+    lifecycle: TaskLifecycle
+    informer: Informer
+    server: RuntimeServerClient
+    readiness: ReadinessLoop
+
+
+def assigned_pod_uids(obj: Obj) -> Iterable[str]:
+    """Index function: the Run's ``status.assignedPodUID`` (nothing when unassigned)."""
+    uid = (obj.get("status") or {}).get("assignedPodUID")
+    return [str(uid)] if uid else []
+
+
+async def serve_daemon(
+    config: DaemonConfig,
+    *,
+    kube: Kube | None = None,
+    clock: Clock | None = None,
+    task_status: trio.TaskStatus[DaemonHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run runtimed until cancelled.
+
+    Args:
+        config: the configuration.
+        kube: a connected client (tests); by default :func:`krt.kube.client.connect` with
+            ``config.kubeconfig`` / in-cluster credentials (closed on exit).
+        clock: wall clock (default the system clock).
+        task_status: ``started(handle)`` once every loop runs and the HTTP port is bound.
+
+    Raises:
+        ConfigError, ConnectionFailed: no Kubernetes configuration / API server unreachable
+            at start-up (from ``connect``).
+        OSError: the HTTP address cannot be bound.
+    """
+    clock = clock or SystemClock()
+    own_kube = kube is None
+    if kube is None:
+        kube = await connect(
+            kubeconfig=config.kubeconfig,
+            namespace=config.pod.namespace,
+            serviceaccount_dir=config.serviceaccount_dir,
+        )
+    pod = config.pod
+    try:
+        async with trio.open_nursery() as nursery:
+            metrics = RuntimedMetrics()
+            server = RuntimeServerClient(config.server_host, config.server_port)
+            await nursery.start(server.run)
+            events = KubeEventSink(kube, component="runtimed", host=pod.name, clock=clock)
+            await nursery.start(events.run)
+
+            informer = Informer(kube, RUNS, namespace=pod.namespace)
+            informer.add_index(ASSIGNED_POD_INDEX, assigned_pod_uids)
+            lifecycle = TaskLifecycle(
+                pod=pod,
+                cache=informer,
+                writer=KubeStatusWriter(kube),
+                server=server,
+                workspace=config.workspace,
+                clock=clock,
+                metrics=metrics,
+                events=events,
+                timings=config.timings,
+                git=config.git,
+            )
+            informer.add_handler(lifecycle.on_run_event)
+            await nursery.start(informer.run)
+            for obj in informer.by_index(ASSIGNED_POD_INDEX, pod.uid):
+                lifecycle.queue.add(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+            await nursery.start(lifecycle.run)
+
+            async def patch(condition: dict[str, Any]) -> object:
+                return await patch_pod_condition(kube, pod.namespace, pod.name, condition)
+
+            readiness = ReadinessLoop(
+                server,
+                patch,
+                clock=clock,
+                period=config.health_period,
+                on_change=lambda state: metrics.server_healthy.set(1.0 if state.healthy else 0.0),
+            )
+            await nursery.start(readiness.run)
+            nursery.start_soon(
+                functools.partial(
+                    run_heartbeat,
+                    kube,
+                    namespace=pod.namespace,
+                    pod_name=pod.name,
+                    pod_uid=pod.uid,
+                    clock=clock,
+                    period=config.heartbeat_period,
+                    lease_duration_seconds=config.lease_duration,
+                )
+            )
+            app = health_app(metrics, healthy=lambda: True)
+            port = await nursery.start(serve_http, app, config.http_host, config.http_port)
+            log.info(
+                "runtimed running",
+                extra={"pod": pod.name, "namespace": pod.namespace, "http_port": port},
+            )
+            task_status.started(
+                DaemonHandle(
+                    http_port=port,
+                    lifecycle=lifecycle,
+                    informer=informer,
+                    server=server,
+                    readiness=readiness,
+                )
+            )
+    finally:
+        if own_kube:
+            with trio.CancelScope(shield=True):
+                await kube.aclose()

@@ -1,0 +1,302 @@
+"""runtimed's client of the local Runtime Server (``executor.v1.Runtime`` over purerpc).
+
+One long-lived channel, held by :meth:`RuntimeServerClient.run` in runtimed's outer nursery
+(STYLE.md: long-lived clients outlive per-Run work). When the connection breaks, the next
+call fails with :class:`ServerUnavailable`, marks the channel broken and ``run`` reconnects
+with jittered backoff; calls made meanwhile wait for the new connection, bounded by their
+caller's ``trio.move_on_after`` / ``fail_after`` (no method takes a timeout).
+
+Only the base ``Runtime`` service is used, so any conforming Runtime Server works (one
+without ``FunctionRuntime`` included). gRPC status codes are mapped once, here:
+``Status``/``List`` NOT_FOUND is an answer (:attr:`ExecState.NOT_FOUND`), Cancel/Forget
+NOT_FOUND is success (both are idempotent for runtimed), Forget of a running execution is
+:class:`ExecutionStillRunning`, and any other status is :class:`RpcRejected` with the
+server's message.
+
+:class:`RuntimeServer` is the interface the task lifecycle depends on, so tests can run it
+against an in-memory fake on pytest-trio's virtual clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import purerpc
+import trio
+
+from krt.kube.backoff import Backoff
+from krt.proto.executor.v1 import runtime_grpc
+from krt.proto.executor.v1 import runtime_pb2 as pb
+from runtimed.task_decisions import ExecState, ServerView
+
+__all__ = [
+    "ExecuteSpec",
+    "ExecutionStillRunning",
+    "RpcRejected",
+    "RuntimeServer",
+    "RuntimeServerClient",
+    "ServerUnavailable",
+    "parse_address",
+]
+
+log = logging.getLogger(__name__)
+
+_STATES: Mapping[int, ExecState] = {
+    pb.EXECUTION_STATE_PENDING: ExecState.PENDING,
+    pb.EXECUTION_STATE_RUNNING: ExecState.RUNNING,
+    pb.EXECUTION_STATE_SUCCEEDED: ExecState.SUCCEEDED,
+    pb.EXECUTION_STATE_FAILED: ExecState.FAILED,
+}
+
+
+class ServerUnavailable(Exception):
+    """The Runtime Server could not be reached or the connection broke (no answer)."""
+
+
+class RpcRejected(Exception):
+    """The Runtime Server answered with a gRPC error status.
+
+    Attributes:
+        code: the status name, e.g. ``INVALID_ARGUMENT``.
+    """
+
+    def __init__(self, method: str, code: str, message: str) -> None:
+        super().__init__(f"{method}: {code}: {message}")
+        self.code = code
+
+
+class ExecutionStillRunning(RpcRejected):
+    """Forget was refused because the execution has not finished (FAILED_PRECONDITION)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteSpec:
+    """An ``Execute`` request as plain values.
+
+    Attributes:
+        id: the Run UID.
+        working_dir: as the Runtime Server sees it.
+        entrypoint: a path relative to ``working_dir``, or empty.
+        args: task arguments.
+        env: task environment.
+        timeout_seconds: the server's own limit (0 = none); runtimed enforces
+            ``spec.timeout`` independently.
+    """
+
+    id: str
+    working_dir: str
+    entrypoint: str = ""
+    args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+    timeout_seconds: int = 0
+
+
+class RuntimeServer(Protocol):
+    """The Runtime Server operations the task lifecycle uses (see the module docstring)."""
+
+    async def execute(self, spec: ExecuteSpec) -> None:
+        """Start an execution keyed by ``spec.id``."""
+        ...
+
+    async def status(self, uid: str) -> ServerView:
+        """The execution's state (NOT_FOUND included; never UNREACHABLE: that raises)."""
+        ...
+
+    async def list(self) -> dict[str, ServerView]:
+        """Every execution the server holds, by ID."""
+        ...
+
+    async def cancel(self, uid: str) -> None:
+        """Cancel an execution (unknown IDs are fine)."""
+        ...
+
+    async def forget(self, uid: str) -> None:
+        """Drop a finished execution (unknown IDs are fine)."""
+        ...
+
+    async def health(self) -> tuple[bool, str]:
+        """``(healthy, message)``."""
+        ...
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` allowed).
+
+    Raises:
+        ValueError: not ``HOST:PORT`` with a port from 1 to 65535 (the message quotes it).
+    """
+    host, sep, port_text = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(
+            f"Runtime Server address {address!r} must be HOST:PORT with a port from 1 to 65535"
+        )
+    return host, int(port_text)
+
+
+def _view(response: Any) -> ServerView:
+    return ServerView(
+        state=_STATES.get(int(response.state), ExecState.PENDING),
+        exit_code=int(response.exit_code),
+        stdout=str(response.stdout),
+        stderr=str(response.stderr),
+        error_message=str(response.error_message),
+    )
+
+
+def _code(exc: purerpc.RpcFailedError) -> str:
+    status = getattr(exc, "status", None)
+    code = getattr(status, "status", None)
+    name = getattr(code, "name", None)
+    return str(name) if name else type(exc).__name__
+
+
+class RuntimeServerClient:
+    """The purerpc client of one Runtime Server (implements :class:`RuntimeServer`).
+
+    Args:
+        host: the server's host or IP.
+        port: its gRPC port.
+        backoff: reconnect delays (default 0.05 s doubling to 2 s, jittered).
+    """
+
+    def __init__(self, host: str, port: int, *, backoff: Backoff | None = None) -> None:
+        self.host = host
+        self.port = port
+        self._backoff = backoff or Backoff(base=0.05, maximum=2.0)
+        self._stub: runtime_grpc.RuntimeStub | None = None
+        self._connected = trio.Event()
+        self._broken = trio.Event()
+        #: Completed connections (1 after the first connect; more after reconnects).
+        self.connections = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the channel and reconnect when it breaks; never returns unless cancelled.
+
+        ``task_status.started()`` is called at once: the server may come up after runtimed,
+        and calls wait for the connection (bounded by their callers).
+        """
+        task_status.started()
+        while True:
+            try:
+                async with purerpc.insecure_channel(self.host, self.port) as channel:
+                    self._stub = runtime_grpc.RuntimeStub(channel)
+                    self.connections += 1
+                    self._backoff.reset()
+                    self._connected.set()
+                    await self._broken.wait()
+            except Exception as exc:  # connect refused, reset, h2 protocol errors
+                log.info("Runtime Server connection %s:%d failed: %r", self.host, self.port, exc)
+            finally:
+                self._stub = None
+                if self._connected.is_set():
+                    self._connected = trio.Event()
+                self._broken = trio.Event()
+            await trio.sleep(self._backoff.next_delay())
+
+    async def _stub_now(self) -> runtime_grpc.RuntimeStub:
+        await self._connected.wait()
+        stub = self._stub
+        if stub is None:  # broke between the event and now
+            raise ServerUnavailable(f"Runtime Server {self.host}:{self.port} is reconnecting")
+        return stub
+
+    async def _call(self, method: str, request: Any) -> Any:
+        stub = await self._stub_now()
+        try:
+            return await getattr(stub, method)(request)
+        except purerpc.RpcFailedError:
+            raise
+        except Exception as exc:
+            self._broken.set()
+            raise ServerUnavailable(f"{method} to {self.host}:{self.port}: {exc!r}") from exc
+
+    async def execute(self, spec: ExecuteSpec) -> None:
+        """Call ``Execute``.
+
+        Raises:
+            RpcRejected: the server refused (e.g. INVALID_ARGUMENT, ALREADY_EXISTS).
+            ServerUnavailable: no answer.
+        """
+        request = pb.ExecuteRequest(
+            id=spec.id,
+            args=list(spec.args),
+            env=dict(spec.env or {}),
+            timeout_seconds=spec.timeout_seconds,
+            working_dir=spec.working_dir,
+            entrypoint=spec.entrypoint,
+        )
+        try:
+            await self._call("Execute", request)
+        except purerpc.RpcFailedError as exc:
+            raise RpcRejected("Execute", _code(exc), str(exc)) from None
+
+    async def status(self, uid: str) -> ServerView:
+        """Call ``Status``; NOT_FOUND is returned as :attr:`ExecState.NOT_FOUND`.
+
+        Raises:
+            RpcRejected: another error status. ServerUnavailable: no answer.
+        """
+        try:
+            return _view(await self._call("Status", pb.StatusRequest(id=uid)))
+        except purerpc.NotFoundError:
+            return ServerView(ExecState.NOT_FOUND)
+        except purerpc.RpcFailedError as exc:
+            raise RpcRejected("Status", _code(exc), str(exc)) from None
+
+    async def list(self) -> dict[str, ServerView]:
+        """Call ``List``.
+
+        Raises:
+            RpcRejected, ServerUnavailable: as for :meth:`status`.
+        """
+        try:
+            response = await self._call("List", pb.ListRequest())
+        except purerpc.RpcFailedError as exc:
+            raise RpcRejected("List", _code(exc), str(exc)) from None
+        return {str(entry.id): _view(entry) for entry in response.entries}
+
+    async def cancel(self, uid: str) -> None:
+        """Call ``Cancel``; an unknown execution counts as cancelled.
+
+        Raises:
+            RpcRejected, ServerUnavailable: as for :meth:`status`.
+        """
+        try:
+            await self._call("Cancel", pb.CancelRequest(id=uid))
+        except purerpc.NotFoundError:
+            return
+        except purerpc.RpcFailedError as exc:
+            raise RpcRejected("Cancel", _code(exc), str(exc)) from None
+
+    async def forget(self, uid: str) -> None:
+        """Call ``Forget``; an unknown execution counts as forgotten.
+
+        Raises:
+            ExecutionStillRunning: the execution has not finished.
+            RpcRejected, ServerUnavailable: as for :meth:`status`.
+        """
+        try:
+            await self._call("Forget", pb.ForgetRequest(id=uid))
+        except purerpc.NotFoundError:
+            return
+        except purerpc.FailedPreconditionError as exc:
+            raise ExecutionStillRunning("Forget", "FAILED_PRECONDITION", str(exc)) from None
+        except purerpc.RpcFailedError as exc:
+            raise RpcRejected("Forget", _code(exc), str(exc)) from None
+
+    async def health(self) -> tuple[bool, str]:
+        """Call ``Health``.
+
+        Raises:
+            RpcRejected, ServerUnavailable: as for :meth:`status`.
+        """
+        try:
+            response = await self._call("Health", pb.HealthRequest())
+        except purerpc.RpcFailedError as exc:
+            raise RpcRejected("Health", _code(exc), str(exc)) from None
+        return bool(response.healthy), str(response.message)

@@ -1,0 +1,251 @@
+"""Source preparation for task Runs, and where each Run's files live in the shared workspace.
+
+Seed 003, Lifecycle step 2: the source is prepared before execution starts, and a failure
+is applied by the same reconciliation as the normal failure path (``PreparationFailed``).
+Issue 6 fixes the sources:
+
+* ``inline`` is written to ``inlinePath``, or to ``script`` when that is unset;
+* ``repoURL`` + ``commitSHA`` is checked out with the ``git`` CLI (a real git: every URL
+  scheme, credential helper and object format it supports, nothing re-implemented here).
+  The commit is fetched by SHA with ``--depth 1``; servers that refuse unadvertised SHAs get
+  a full fetch and a checkout of the SHA instead. Git never prompts (``GIT_TERMINAL_PROMPT=0``).
+
+Layout, under the workspace directory runtimed shares with the Runtime Server (an emptyDir
+mounted into both containers)::
+
+    <workspace>/runs/<run-uid>/work/      the task's working directory (source lives here)
+    <workspace>/runs/<run-uid>/outputs    the $KRUNTIME_OUTPUTS file (KEY=VALUE lines)
+
+Each attempt is prepared afresh: the Run's directory is removed and rebuilt, so files a
+failed attempt left behind (or a half-finished checkout) never leak into the next one.
+
+The Runtime Server may see the workspace under another path than runtimed does;
+:class:`Workspace` translates (``server_root``). Callers bound every coroutine here with
+``trio.fail_after``: a hung ``git fetch`` is cancelled and its process killed by trio.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+import trio
+
+from krt.api.errors import OutputsError
+from krt.api.outputs import MAX_OUTPUTS_FILE_BYTES, parse_outputs_file
+from krt.api.run import Source
+
+__all__ = [
+    "OUTPUTS_ENV",
+    "PreparationError",
+    "RunFiles",
+    "Workspace",
+    "prepare_source",
+    "read_outputs",
+    "remove_run_files",
+]
+
+#: The environment variable naming the outputs file (issue 6).
+OUTPUTS_ENV: Final = "KRUNTIME_OUTPUTS"
+#: Characters of git's stderr kept in a preparation error.
+GIT_ERROR_TAIL_CHARS: Final = 600
+
+
+class PreparationError(Exception):
+    """Source preparation failed; the message says which step and why (no partial state)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunFiles:
+    """The paths of one Run, as runtimed sees them.
+
+    Attributes:
+        root: ``<workspace>/runs/<uid>``.
+        work: the working directory (``root/work``).
+        outputs: the outputs file (``root/outputs``).
+    """
+
+    root: Path
+    work: Path
+    outputs: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """The shared workspace directory and its path as the Runtime Server sees it.
+
+    Attributes:
+        root: the directory as runtimed sees it (absolute).
+        server_root: the same directory as the Runtime Server sees it; ``None`` means the
+            same path (both containers mount it at one path, as the Runtime controller does).
+    """
+
+    root: Path
+    server_root: Path | None = None
+
+    def files(self, uid: str) -> RunFiles:
+        """The paths of Run ``uid``.
+
+        Raises:
+            ValueError: ``uid`` is empty or not a plain path component.
+        """
+        if not uid or uid in (".", "..") or "/" in uid or "\0" in uid:
+            raise ValueError(f"Run UID {uid!r} is not usable as a directory name")
+        root = self.root / "runs" / uid
+        return RunFiles(root=root, work=root / "work", outputs=root / "outputs")
+
+    def for_server(self, path: Path) -> str:
+        """``path`` (under :attr:`root`) as the Runtime Server sees it.
+
+        Raises:
+            ValueError: ``path`` is not under :attr:`root`.
+        """
+        relative = path.relative_to(self.root)
+        return str((self.server_root or self.root) / relative)
+
+    def runs_dir(self) -> Path:
+        """``<workspace>/runs``: one directory per Run UID."""
+        return self.root / "runs"
+
+
+def _inline_target(work: Path, inline_path: str) -> Path:
+    pure = PurePosixPath(inline_path)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts or "\0" in inline_path:
+        raise PreparationError(
+            f"spec.source.inlinePath {inline_path!r} must be a relative path inside the working "
+            "directory (no '..', not absolute)"
+        )
+    return work.joinpath(*pure.parts)
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    if len(text) > GIT_ERROR_TAIL_CHARS:
+        return "\u2026" + text[-(GIT_ERROR_TAIL_CHARS - 1) :]
+    return text
+
+
+async def _git(git: str, *args: str, cwd: Path) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(cwd),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "LC_ALL": "C",
+    }
+    try:
+        result = await trio.run_process(
+            [git, *args],
+            cwd=str(cwd),
+            env=env,
+            check=False,
+            capture_stdout=True,
+            capture_stderr=True,
+            stdin=subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        raise PreparationError(f"cannot run {git!r}: {exc.strerror or exc}") from None
+    if result.returncode != 0:
+        stderr = result.stderr.decode("utf-8", "replace")
+        raise PreparationError(
+            f"git {args[0]} failed (exit code {result.returncode}): {_tail(stderr)}"
+        )
+
+
+async def _checkout(git: str, work: Path, repo_url: str, commit_sha: str) -> None:
+    await _git(git, "init", "--quiet", ".", cwd=work)
+    try:
+        await _git(git, "fetch", "--quiet", "--depth", "1", "--", repo_url, commit_sha, cwd=work)
+    except PreparationError:
+        # The server does not serve unadvertised SHAs: fetch everything, then pick the commit.
+        await _git(
+            git, "fetch", "--quiet", "--", repo_url, "+refs/*:refs/remotes/source/*", cwd=work
+        )
+    await _git(git, "-c", "advice.detachedHead=false", "checkout", "--quiet", commit_sha, cwd=work)
+
+
+def _reset_dir(files: RunFiles) -> None:
+    shutil.rmtree(files.root, ignore_errors=True)
+    files.work.mkdir(parents=True)
+
+
+async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "git") -> None:
+    """Prepare a Run's working directory for one attempt (seed 003, issue 6).
+
+    Removes ``files.root``, recreates ``files.work``, checks out ``repoURL`` at
+    ``commitSHA`` there when set, and writes ``inline`` to its path. A Run without source
+    gets an empty working directory (the task runs ``entrypoint``/``args`` as given).
+
+    Args:
+        source: ``spec.source``.
+        files: the Run's paths (:meth:`Workspace.files`).
+        git: the git executable.
+
+    Raises:
+        PreparationError: the directory cannot be created, ``inlinePath`` escapes the
+            working directory, only one of ``repoURL``/``commitSHA`` is set, or git failed
+            (its stderr tail is in the message). The Run's directory is removed again, so
+            no partial checkout stays behind.
+    """
+    try:
+        await trio.to_thread.run_sync(_reset_dir, files)
+    except OSError as exc:
+        raise PreparationError(f"cannot create working directory {files.work}: {exc}") from None
+    try:
+        if source is None:
+            return
+        if (source.repo_url is None) != (source.commit_sha is None):
+            raise PreparationError(
+                "spec.source.repoURL and spec.source.commitSHA must be set together"
+            )
+        if source.repo_url is not None and source.commit_sha is not None:
+            await _checkout(git, files.work, source.repo_url, source.commit_sha)
+        if source.inline is not None:
+            target = _inline_target(files.work, source.effective_inline_path)
+            try:
+                await trio.Path(target.parent).mkdir(parents=True, exist_ok=True)
+                await trio.Path(target).write_text(source.inline, encoding="utf-8")
+            except OSError as exc:
+                raise PreparationError(
+                    f"cannot write inline source to {source.effective_inline_path!r}: {exc}"
+                ) from None
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await remove_run_files(files)
+        raise
+
+
+async def remove_run_files(files: RunFiles) -> None:
+    """Remove a Run's directory (idempotent; errors are ignored)."""
+    await trio.to_thread.run_sync(lambda: shutil.rmtree(files.root, ignore_errors=True))
+
+
+async def read_outputs(files: RunFiles) -> dict[str, str]:
+    """Read and validate the outputs a task wrote to ``$KRUNTIME_OUTPUTS``.
+
+    Returns:
+        The validated outputs; empty when the task wrote no file.
+
+    Raises:
+        OutputsError: a bound is broken (the message names the key and the bound), or the
+            file is not readable.
+    """
+
+    def read() -> bytes | None:
+        try:
+            with open(files.outputs, "rb") as handle:
+                return handle.read(MAX_OUTPUTS_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return None
+
+    try:
+        data = await trio.to_thread.run_sync(read)
+    except OSError as exc:
+        raise OutputsError(f"cannot read the outputs file: {exc}", key=None, bound="read") from None
+    if data is None:
+        return {}
+    return parse_outputs_file(data)

@@ -1,0 +1,757 @@
+"""The task-Run lifecycle of runtimed: the trio adapter around :mod:`runtimed.task_decisions`.
+
+Seed 003 (Task Execution Lifecycle). Shape:
+
+* the Run informer's handler enqueues the key of every Run assigned to this Pod (and of
+  every Run this Pod still holds local state for) into a :class:`~krt.kube.workqueue.WorkQueue`;
+* :meth:`TaskLifecycle.reconcile` reads the *cached* Run, asks :func:`decide_task` and
+  performs its action, calling ``Status`` only when the decision asks for it. It is the
+  only writer of ``Run.status``; each write is a conditional update, ends the
+  reconciliation, and the next one waits until the cache holds the written version (a
+  stale read is never acted on);
+* the start worker (one per Run UID at most, in the lifecycle's nursery) calls Execute,
+  records the result locally and enqueues the Run; it never writes status. If the Run is no
+  longer locally active when Execute succeeds, the worker cancels and forgets what it
+  created;
+* the Run Lifecycle Event Generator (RLEG) polls ``List`` while executions are observed and
+  enqueues a Run when its execution changes state;
+* the sweeper cancels and forgets executions the Runtime Server holds for Runs that are gone,
+  terminal or not ours (after a runtimed restart included), and removes their directories.
+
+Restart safety: all local state is rebuilt from the Run objects (cache) and the Runtime
+Server (Status/List); the decision never starts an execution the server still knows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import trio
+
+from krt.api import Failure, FailureReason, Reentry, Retry, Run, Terminal, decide
+from krt.api.errors import ApiError, OutputsError
+from krt.api.patches import StatusPatch, apply_merge_patch
+from krt.api.phases import is_active, is_terminal
+from krt.api.retry import Stale
+from krt.api.run import TaskMode
+from krt.kube.client import Obj
+from krt.kube.clock import Clock
+from krt.kube.errors import Conflict, NotFound
+from krt.kube.informer import EventType, InformerEvent
+from krt.kube.resources import RUNS
+from krt.kube.status import write_status
+from krt.kube.workqueue import Requeue, WorkQueue
+from runtimed.events import EventSink, NullEventSink
+from runtimed.identity import PodIdentity
+from runtimed.metrics import RuntimedMetrics
+from runtimed.runtime_client import (
+    ExecuteSpec,
+    ExecutionStillRunning,
+    RpcRejected,
+    RuntimeServer,
+    ServerUnavailable,
+)
+from runtimed.sources import (
+    OUTPUTS_ENV,
+    PreparationError,
+    Workspace,
+    prepare_source,
+    read_outputs,
+    remove_run_files,
+)
+from runtimed.task_decisions import (
+    UNREACHABLE_RETRY_SECONDS,
+    CancelExecution,
+    Claim,
+    End,
+    ExecState,
+    Fail,
+    ForgetExecution,
+    Ignore,
+    LocalRun,
+    LocalView,
+    NeedStatus,
+    Observe,
+    Release,
+    Resume,
+    ServerView,
+    StartExecution,
+    StartState,
+    Succeed,
+    TaskAction,
+    Wait,
+    decide_release,
+    decide_task,
+)
+
+__all__ = ["KubeStatusWriter", "RunCache", "StatusWriter", "TaskLifecycle", "TaskTimings"]
+
+log = logging.getLogger(__name__)
+task_log = logging.getLogger("runtimed.task")
+
+#: Upper bound on actions in one reconciliation (a safety net; real chains are 3-4 long).
+MAX_STEPS: Final = 8
+#: When the cache has not caught up with our own write, look again after this many seconds
+#: (the watch event normally arrives first and enqueues the Run at once).
+STALE_RECHECK_SECONDS: Final = 2.0
+#: Lines of one stream of task output logged per attempt (the rest is summarised).
+MAX_LOGGED_LINES: Final = 10_000
+
+
+class RunCache(Protocol):
+    """Read access to the watch-backed Run cache (an :class:`~krt.kube.informer.Informer`)."""
+
+    def get(self, namespace: str | None, name: str) -> Obj | None:
+        """The cached Run, or ``None``."""
+        ...
+
+    def by_uid(self, uid: str) -> Obj | None:
+        """The cached Run with this UID, or ``None``."""
+        ...
+
+
+class StatusWriter(Protocol):
+    """The conditional status write (``krt.kube.status.write_status`` on Runs)."""
+
+    async def write_status(self, obj: Obj, status: Mapping[str, Any]) -> Obj:
+        """Replace ``obj``'s status, conditional on its resourceVersion.
+
+        Raises:
+            Conflict: ``obj`` is stale. NotFound: it is gone.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTimings:
+    """Deadlines and periods of the task lifecycle, seconds.
+
+    Attributes:
+        rpc: one Status/Cancel/Forget/List call.
+        execute: one Execute call (the start worker).
+        prepare: one source preparation (git checkout included).
+        rleg_period: RLEG ``List`` period while executions are observed.
+        sweep_period: period of the orphan sweep.
+        forget_wait: how long a worker waits for an execution it must forget to stop.
+        server_timeout_slack: added to the remaining ``spec.timeout`` as the server's own
+            ``timeout_seconds`` (a backstop; runtimed enforces the timeout itself).
+    """
+
+    rpc: float = 5.0
+    execute: float = 30.0
+    prepare: float = 300.0
+    rleg_period: float = 0.05
+    sweep_period: float = 10.0
+    forget_wait: float = 30.0
+    server_timeout_slack: float = 5.0
+
+
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _assigned_uid(obj: Obj | None) -> str:
+    if obj is None:
+        return ""
+    return str((obj.get("status") or {}).get("assignedPodUID") or "")
+
+
+class TaskLifecycle:
+    """Runs the task Runs assigned to one Runtime Pod (see the module docstring).
+
+    Args:
+        pod: this Pod.
+        cache: the Run cache (the informer of the Pod's namespace).
+        writer: conditional status writes.
+        server: the local Runtime Server.
+        workspace: the shared workspace.
+        clock: wall clock (``startTime``, timeout and backoff decisions).
+        metrics: where to count; a private registry when omitted.
+        events: Event sink for start failures.
+        timings: deadlines and periods.
+        git: the git executable for repository sources.
+        workers: parallel reconcile workers (different Runs; one Run is never reconciled
+            twice at once).
+    """
+
+    def __init__(
+        self,
+        *,
+        pod: PodIdentity,
+        cache: RunCache,
+        writer: StatusWriter,
+        server: RuntimeServer,
+        workspace: Workspace,
+        clock: Clock,
+        metrics: RuntimedMetrics | None = None,
+        events: EventSink | None = None,
+        timings: TaskTimings | None = None,
+        git: str = "git",
+        workers: int = 32,
+    ) -> None:
+        self.pod = pod
+        self._cache = cache
+        self._writer = writer
+        self._server = server
+        self.workspace = workspace
+        self._clock = clock
+        self.metrics = metrics or RuntimedMetrics()
+        self._events = events or NullEventSink()
+        self.timings = timings or TaskTimings()
+        self._git = git
+        self._workers = workers
+        self.queue: WorkQueue[str] = WorkQueue("runtimed-tasks", base_delay=0.1, max_delay=30.0)
+        self._local: dict[str, LocalRun] = {}
+        self._stale_rv: dict[str, set[str]] = {}
+        self._rleg_wakeup = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.metrics.track_local_runs(lambda: len(self._local))
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    def local(self, uid: str) -> LocalRun | None:
+        """The local state of Run ``uid`` (tests, diagnostics)."""
+        return self._local.get(uid)
+
+    def on_run_event(self, event: InformerEvent) -> None:
+        """Informer handler: enqueue Runs assigned to this Pod or holding local state here."""
+        obj = event.obj
+        mine = self.pod.uid
+        if event.type is EventType.DELETED:
+            self._stale_rv.pop(_uid(obj), None)
+        if (
+            _assigned_uid(obj) == mine
+            or _assigned_uid(event.old) == mine
+            or _uid(obj) in self._local
+        ):
+            self.queue.add(_key(obj))
+        elif event.type is EventType.DELETED and any(
+            local.key == _key(obj) for local in self._local.values()
+        ):
+            self.queue.add(_key(obj))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the reconcile workers, the RLEG and the sweeper; never returns unless cancelled.
+
+        Call after the Run cache has synced; ``started()`` once the workers run and the
+        first sweep is done.
+        """
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self._run_queue)
+            await self.sweep()
+            nursery.start_soon(self._rleg_loop)
+            nursery.start_soon(self._sweep_loop)
+            task_status.started()
+
+    async def _run_queue(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        await self.queue.run(self.reconcile, workers=self._workers, task_status=task_status)
+
+    # -- Runtime Server calls, bounded ------------------------------------------------------
+
+    async def _status(self, uid: str) -> ServerView:
+        with trio.move_on_after(self.timings.rpc):
+            try:
+                return await self._server.status(uid)
+            except (ServerUnavailable, RpcRejected) as exc:
+                log.info("Status %s: %s", uid, exc, extra={"run_uid": uid})
+                return ServerView(ExecState.UNREACHABLE)
+        return ServerView(ExecState.UNREACHABLE)
+
+    async def _cancel(self, uid: str) -> None:
+        with trio.move_on_after(self.timings.rpc):
+            try:
+                await self._server.cancel(uid)
+            except (ServerUnavailable, RpcRejected) as exc:
+                log.info("Cancel %s: %s", uid, exc, extra={"run_uid": uid})
+
+    async def _forget(self, uid: str) -> bool:
+        """Forget ``uid``; True when the server no longer holds it."""
+        with trio.move_on_after(self.timings.rpc):
+            try:
+                await self._server.forget(uid)
+                return True
+            except ExecutionStillRunning:
+                return False
+            except (ServerUnavailable, RpcRejected) as exc:
+                log.info("Forget %s: %s", uid, exc, extra={"run_uid": uid})
+        return False
+
+    # -- reconcile ----------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> Requeue | None:
+        """Reconcile one Run key (``namespace/name``); the work queue calls this.
+
+        Returns:
+            ``Requeue(after)`` to be called again, or ``None`` to wait for an event.
+        """
+        namespace, _, name = key.partition("/")
+        obj = self._cache.get(namespace, name)
+        current_uid = _uid(obj) if obj is not None else ""
+        wake: list[float] = []
+        owned = (
+            obj is not None
+            and _assigned_uid(obj) == self.pod.uid
+            and not (obj.get("metadata") or {}).get("deletionTimestamp")
+        )
+        for local in [lr for lr in self._local.values() if lr.key == key]:
+            if local.uid != current_uid or not owned:
+                after = await self._release(local)
+                if after is not None:
+                    wake.append(after)
+        if obj is None or not owned:
+            return Requeue(min(wake)) if wake else None
+        try:
+            run = Run.from_dict(obj)
+        except ApiError as exc:
+            log.warning("Run %s cannot be read: %s", key, exc)
+            return None
+        if is_terminal(run.status.phase) and current_uid in self._local:
+            after = await self._release(self._local[current_uid])
+            return Requeue(after) if after is not None else None
+        if _rv(obj) in self._stale_rv.get(current_uid, ()):
+            return Requeue(STALE_RECHECK_SECONDS)
+        self._stale_rv.pop(current_uid, None)
+        return await self._drive(obj, run)
+
+    async def _drive(self, obj: Obj, run: Run) -> Requeue | None:
+        uid = run.metadata.uid
+        server: ServerView | None = None
+        for _ in range(MAX_STEPS):
+            local = self._local.get(uid)
+            action = decide_task(
+                run,
+                pod_uid=self.pod.uid,
+                local=local.view if local is not None else None,
+                server=server,
+                now=self._clock.now(),
+            )
+            if isinstance(action, NeedStatus):
+                server = await self._observe(run)
+                continue
+            if isinstance(action, ForgetExecution):
+                await self._forget(uid)
+                server = None
+                continue
+            return await self._perform(obj, run, action, server)
+        log.warning("Run %s: no stable decision after %d steps", run.key, MAX_STEPS)
+        return Requeue(1.0)
+
+    def _local_for(self, run: Run) -> LocalRun:
+        uid = run.metadata.uid
+        local = self._local.get(uid)
+        attempt = max(1, run.status.attempt)
+        if local is None:
+            local = self._local[uid] = LocalRun(
+                uid=uid, key=run.key, view=LocalView(attempt=attempt)
+            )
+        else:
+            local.view = local.view.for_attempt(attempt)
+        return local
+
+    async def _observe(self, run: Run) -> ServerView:
+        """Status of the Run's execution; on success also its outputs; logs finished output."""
+        server = await self._status(run.metadata.uid)
+        if server.state.finished:
+            self._log_output(run, server)
+        if server.state is ExecState.SUCCEEDED:
+            files = self.workspace.files(run.metadata.uid)
+            try:
+                outputs = await read_outputs(files)
+            except OutputsError as exc:
+                return ServerView(
+                    server.state,
+                    exit_code=server.exit_code,
+                    stderr=server.stderr,
+                    outputs_error=str(exc),
+                )
+            return ServerView(
+                server.state, exit_code=server.exit_code, stderr=server.stderr, outputs=outputs
+            )
+        return server
+
+    async def _perform(
+        self, obj: Obj, run: Run, action: TaskAction, server: ServerView | None
+    ) -> Requeue | None:
+        uid = run.metadata.uid
+        if isinstance(action, Ignore):
+            return None
+        if isinstance(action, Wait):
+            return Requeue(action.after) if action.after is not None else None
+        if isinstance(action, Claim):
+            return await self._claim(obj, run, action.patch)
+        if isinstance(action, StartExecution):
+            return await self._start(obj, run, prepare=action.prepare)
+        if isinstance(action, Observe):
+            local = self._local_for(run)
+            local.update(observed=True, start=StartState.NONE)
+            local.last_server_state = server.state if server is not None else None
+            self._wake_rleg()
+            return Requeue(action.after) if action.after is not None else None
+        if isinstance(action, CancelExecution):
+            await self._cancel(uid)
+            return Requeue(action.after)
+        if isinstance(action, Succeed):
+            if await self._write(obj, action.patch) is None:
+                return None
+            self.metrics.task_runs.labels(outcome="Succeeded").inc()
+            task_log.info("task succeeded", extra=self._fields(run))
+            await self._forget(uid)
+            await self._drop(uid)
+            return None
+        if isinstance(action, Fail):
+            return await self._apply_failure(obj, run, action.decision, forget=action.forget)
+        if isinstance(action, End):
+            if await self._write(obj, action.patch) is None:
+                return None
+            outcome = str(action.patch.get("phase"))
+            self.metrics.task_runs.labels(outcome=outcome).inc()
+            task_log.info("task ended %s", outcome, extra=self._fields(run))
+            await self._drop(uid)
+            return None
+        if isinstance(action, Resume):
+            local = self._local_for(run)
+            local.view = LocalView(attempt=max(1, run.status.attempt))
+            local.last_server_state = None
+            await self._write(obj, action.patch)
+            return None
+        if isinstance(action, Release):  # pragma: no cover - decide_task never returns it
+            await self._drop(uid)
+            return None
+        raise AssertionError(f"unhandled action {action!r}")  # pragma: no cover
+
+    # -- steps ----------------------------------------------------------------------------
+
+    async def _write(self, obj: Obj, patch: StatusPatch) -> Obj | None:
+        """Conditional status write; ``None`` when the cache was stale or the Run is gone."""
+        status = apply_merge_patch(obj.get("status") or {}, patch)
+        try:
+            written = await self._writer.write_status(obj, status)
+        except Conflict:
+            log.debug("Run %s changed since read; waiting for the cache", _key(obj))
+            return None
+        except NotFound:
+            return None
+        self._stale_rv.setdefault(_uid(obj), set()).add(_rv(obj))
+        return written
+
+    async def _claim(self, obj: Obj, run: Run, patch: StatusPatch) -> Requeue | None:
+        written = await self._write(obj, patch)
+        if written is None:
+            return None
+        claimed = Run.from_dict(written)
+        self._local_for(claimed)
+        task_log.info("claimed", extra=self._fields(claimed))
+        return await self._prepare_or_fail(written, claimed)
+
+    async def _prepare_or_fail(self, obj: Obj, run: Run) -> Requeue | None:
+        """Prepare the source; a failure is applied now (``PreparationFailed``)."""
+        local = self._local_for(run)
+        files = self.workspace.files(run.metadata.uid)
+        started = trio.current_time()
+        try:
+            with trio.fail_after(self.timings.prepare):
+                await prepare_source(run.spec.source, files, git=self._git)
+        except (PreparationError, trio.TooSlowError) as exc:
+            message = str(exc) or f"source preparation took longer than {self.timings.prepare:g}s"
+            task_log.warning("source preparation failed: %s", message, extra=self._fields(run))
+            decision = decide(
+                run,
+                Failure(
+                    FailureReason.PREPARATION_FAILED, message, attempt=max(1, run.status.attempt)
+                ),
+                now=self._clock.now(),
+                reentry=Reentry.IN_PLACE,
+            )
+            if isinstance(decision, Stale):
+                return None
+            return await self._apply_failure(obj, run, decision, forget=False)
+        self.metrics.preparation_seconds.observe(trio.current_time() - started)
+        local.update(prepared=True)
+        return None
+
+    async def _start(self, obj: Obj, run: Run, *, prepare: bool) -> Requeue | None:
+        local = self._local_for(run)
+        if prepare:
+            outcome = await self._prepare_or_fail(obj, run)
+            if not local.view.prepared:
+                return outcome
+        assert self._nursery is not None, "TaskLifecycle.run() is not running"
+        local.update(start=StartState.IN_FLIGHT, start_error="")
+        spec = self._execute_spec(run)
+        self._nursery.start_soon(self._start_worker, local, spec, local.view.attempt, obj)
+        return None
+
+    def _execute_spec(self, run: Run) -> ExecuteSpec:
+        files = self.workspace.files(run.metadata.uid)
+        mode = run.spec.mode
+        assert isinstance(mode, TaskMode)
+        entrypoint = mode.entrypoint or ""
+        source = run.spec.source
+        if not entrypoint and source is not None and source.inline is not None:
+            entrypoint = source.effective_inline_path
+        env = {e.name: e.value for e in run.spec.env}
+        env[OUTPUTS_ENV] = self.workspace.for_server(files.outputs)
+        timeout = 0
+        seconds = run.spec.timeout_seconds
+        if seconds is not None:
+            timeout = math.ceil(seconds + self.timings.server_timeout_slack)
+        return ExecuteSpec(
+            id=run.metadata.uid,
+            working_dir=self.workspace.for_server(files.work),
+            entrypoint=entrypoint,
+            args=mode.args,
+            env=env,
+            timeout_seconds=timeout,
+        )
+
+    async def _start_worker(
+        self, local: LocalRun, spec: ExecuteSpec, attempt: int, obj: Obj
+    ) -> None:
+        """Execute asynchronously; record the result locally and enqueue (never writes status)."""
+        fields = {"run_uid": spec.id, "attempt": attempt, "run": local.key}
+        error = ""
+        try:
+            with trio.fail_after(self.timings.execute):
+                await self._server.execute(spec)
+        except (RpcRejected, ServerUnavailable) as exc:
+            error = f"Execute failed: {exc}"
+        except trio.TooSlowError:
+            error = f"Execute did not answer within {self.timings.execute:g}s"
+        if not local.active or self._local.get(local.uid) is not local:
+            if not error:
+                log.info("Run no longer active: forgetting its new execution", extra=fields)
+                await self._forget_created(spec.id)
+            return
+        if error:
+            local.update(start=StartState.FAILED, start_error=error)
+            self.metrics.start_failures.inc()
+            task_log.warning("execution start failed: %s", error, extra=fields)
+            self._events.emit(obj, type_="Warning", reason="StartFailed", message=error)
+        else:
+            local.update(start=StartState.SUCCEEDED)
+            self.metrics.executions_started.inc()
+            task_log.info("execution started", extra=fields)
+            self._wake_rleg()
+        self.queue.add(local.key)
+
+    async def _forget_created(self, uid: str) -> None:
+        """Cancel an execution nobody wants, wait for it to stop, forget it."""
+        with trio.move_on_after(self.timings.forget_wait):
+            while True:
+                server = await self._status(uid)
+                if server.state is ExecState.NOT_FOUND:
+                    return
+                if server.state.active:
+                    await self._cancel(uid)
+                elif server.state.finished and await self._forget(uid):
+                    return
+                await trio.sleep(0.1)
+
+    async def _apply_failure(
+        self, obj: Obj, run: Run, decision: Retry | Terminal, *, forget: bool
+    ) -> Requeue | None:
+        """Persist the retry decision first; then forget the finished execution (seed 003)."""
+        if await self._write(obj, decision.patch) is None:
+            return None
+        uid = run.metadata.uid
+        fields = self._fields(run)
+        if isinstance(decision, Retry):
+            self.metrics.task_runs.labels(outcome="Retry").inc()
+            task_log.info(
+                "attempt failed (%s); attempt %d after %.3gs",
+                decision.patch.get("reason"),
+                decision.attempt,
+                decision.delay_seconds,
+                extra=fields,
+            )
+            if forget:
+                await self._forget(uid)
+            local = self._local.get(uid)
+            if local is not None:
+                local.last_server_state = None
+            return Requeue(decision.delay_seconds) if decision.delay_seconds > 0 else None
+        self.metrics.task_runs.labels(outcome="Failed").inc()
+        task_log.info("task failed: %s", decision.patch.get("message"), extra=fields)
+        if forget:
+            await self._forget(uid)
+        await self._drop(uid)
+        return None
+
+    async def _drop(self, uid: str) -> None:
+        """Forget local state and the Run's files (the server holds nothing for it)."""
+        local = self._local.pop(uid, None)
+        if local is not None:
+            local.active = False
+        await remove_run_files(self.workspace.files(uid))
+
+    async def _release(self, local: LocalRun) -> float | None:
+        """Let go of a Run that is gone, terminal or not ours; seconds to look again or None."""
+        server: ServerView | None = None
+        for _ in range(MAX_STEPS):
+            action = decide_release(
+                start_in_flight=local.view.start is StartState.IN_FLIGHT, server=server
+            )
+            if isinstance(action, NeedStatus):
+                server = await self._status(local.uid)
+            elif isinstance(action, CancelExecution):
+                await self._cancel(local.uid)
+                return action.after
+            elif isinstance(action, ForgetExecution):
+                await self._forget(local.uid)
+                server = None
+            elif isinstance(action, Wait):
+                return action.after if action.after is not None else UNREACHABLE_RETRY_SECONDS
+            else:
+                log.info("released Run", extra={"run_uid": local.uid, "run": local.key})
+                await self._drop(local.uid)
+                return None
+        return UNREACHABLE_RETRY_SECONDS
+
+    # -- RLEG and sweep ------------------------------------------------------------------------
+
+    def _wake_rleg(self) -> None:
+        self._rleg_wakeup.set()
+
+    async def _rleg_loop(self) -> None:
+        """Poll List while executions are observed; enqueue Runs whose execution changed."""
+        while True:
+            self._rleg_wakeup = trio.Event()
+            watched = [
+                local
+                for local in self._local.values()
+                if local.active
+                and (local.view.observed or local.view.start is StartState.SUCCEEDED)
+            ]
+            if not watched:
+                await self._rleg_wakeup.wait()
+                continue
+            entries: dict[str, ServerView] | None = None
+            with trio.move_on_after(self.timings.rpc):
+                try:
+                    entries = await self._server.list()
+                except (ServerUnavailable, RpcRejected) as exc:
+                    log.info("RLEG List failed: %s", exc)
+            if entries is None:
+                await trio.sleep(UNREACHABLE_RETRY_SECONDS)
+                continue
+            for local in watched:
+                view = entries.get(local.uid)
+                state = view.state if view is not None else ExecState.NOT_FOUND
+                if state is not local.last_server_state:
+                    local.last_server_state = state
+                    self.queue.add(local.key)
+            await trio.sleep(self.timings.rleg_period)
+
+    def _is_live_here(self, uid: str) -> bool:
+        local = self._local.get(uid)
+        if local is not None and local.active:
+            return True
+        obj = self._cache.by_uid(uid)
+        if obj is None or _assigned_uid(obj) != self.pod.uid:
+            return False
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            return False
+        try:
+            phase = Run.from_dict(obj).status.phase
+        except ApiError:
+            return False
+        if is_active(phase):
+            self.queue.add(_key(obj))  # restart: let its reconcile rebuild the local view
+            return True
+        return False
+
+    async def sweep(self) -> None:
+        """Cancel/Forget executions of Runs that are gone, terminal or not ours; remove stray dirs."""
+        entries: dict[str, ServerView] | None = None
+        with trio.move_on_after(self.timings.rpc):
+            try:
+                entries = await self._server.list()
+            except (ServerUnavailable, RpcRejected) as exc:
+                log.info("sweep: List failed: %s", exc)
+        for uid, view in (entries or {}).items():
+            if self._is_live_here(uid):
+                continue
+            if view.state.active:
+                log.info("sweep: cancelling orphaned execution", extra={"run_uid": uid})
+                await self._cancel(uid)
+            elif view.state.finished:
+                log.info("sweep: forgetting orphaned execution", extra={"run_uid": uid})
+                await self._forget(uid)
+        if entries is None:
+            return
+        runs_dir = self.workspace.runs_dir()
+
+        def stray() -> list[str]:
+            try:
+                return [p.name for p in runs_dir.iterdir() if p.is_dir()]
+            except OSError:
+                return []
+
+        for name in await trio.to_thread.run_sync(stray):
+            if name not in entries and not self._is_live_here(name):
+                await remove_run_files(self.workspace.files(name))
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await trio.sleep(self.timings.sweep_period)
+            await self.sweep()
+
+    # -- logs ---------------------------------------------------------------------------------
+
+    def _fields(self, run: Run) -> dict[str, Any]:
+        return {"run_uid": run.metadata.uid, "attempt": max(1, run.status.attempt), "run": run.key}
+
+    def _log_output(self, run: Run, server: ServerView) -> None:
+        """Log the finished attempt's stdout/stderr once (keyed by Run UID and attempt)."""
+        attempt = max(1, run.status.attempt)
+        local = self._local.get(run.metadata.uid)
+        if local is not None:
+            if local.logged_attempt == attempt:
+                return
+            local.logged_attempt = attempt
+        fields = self._fields(run)
+        for stream, text in (("stdout", server.stdout), ("stderr", server.stderr)):
+            lines = text.splitlines()
+            for line in lines[:MAX_LOGGED_LINES]:
+                task_log.info(line, extra={**fields, "stream": stream})
+            if len(lines) > MAX_LOGGED_LINES:
+                task_log.info(
+                    "%d more lines not logged",
+                    len(lines) - MAX_LOGGED_LINES,
+                    extra={**fields, "stream": stream},
+                )
+
+
+class KubeStatusWriter:
+    """:class:`StatusWriter` over the API: ``write_status`` on the Runs resource.
+
+    Args:
+        kube: the client.
+    """
+
+    def __init__(self, kube: Any) -> None:
+        self._kube = kube
+
+    async def write_status(self, obj: Obj, status: Mapping[str, Any]) -> Obj:
+        """PUT ``status`` conditional on ``obj``'s resourceVersion.
+
+        Raises:
+            Conflict, NotFound, KubeError: see :func:`krt.kube.status.write_status`.
+        """
+        return await write_status(self._kube, RUNS, obj, status)

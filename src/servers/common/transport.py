@@ -1,0 +1,248 @@
+"""The gRPC connection handler of the Runtime Servers: purerpc's wire code, our call policy.
+
+purerpc 0.8.0 (pinned, see pyproject.toml) parses HTTP/2 and gRPC framing well, but its
+server-side :class:`purerpc.server.ConnectionHandler` does not honour the caller's context:
+
+* an HTTP/2 ``RST_STREAM`` (the client cancelled the call, or its deadline passed) is
+  dropped, and a closed TCP connection leaves every in-flight handler running, so a cancelled
+  InvokeFunction kept its worker busy and its in-flight slot taken until the handler's own
+  timeout (seed 002, "Built-in Runtime Requirements": adapters honour context cancellation);
+* the ``grpc-timeout`` request header is parsed but never enforced;
+* a request that fails to parse (invalid UTF-8 in a string field, corrupt wire format) is
+  answered CANCELLED with the ``repr`` of an exception tuple;
+* a status message is percent-encoded without a bound, so a 4 KiB non-ASCII error detail
+  becomes a 12 KiB trailer that grpcio clients reject (RESOURCE_EXHAUSTED, which runtimed
+  would map to HTTP 429).
+
+:class:`CallHandler` replaces that handler. Each call runs in its own trio cancel scope: a
+stream reset cancels exactly that call, a closed connection cancels all calls on it, and
+``grpc-timeout`` bounds the call (DEADLINE_EXCEEDED). Undecodable requests are
+INVALID_ARGUMENT, unexpected exceptions INTERNAL, and every status message is shortened to fit
+:data:`MAX_STATUS_MESSAGE_BYTES` once encoded. The HTTP/2 and message framing stay purerpc's.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import anyio.abc
+import h2.events
+import h2.exceptions
+import trio
+from google.protobuf.message import DecodeError
+from purerpc import Cardinality, Service
+from purerpc.grpc_proto import GRPCProtoSocket, GRPCProtoStream
+from purerpc.grpclib.connection import GRPCConfiguration, GRPCConnection
+from purerpc.grpclib.events import RequestReceived
+from purerpc.grpclib.exceptions import GRPCError, RpcFailedError
+from purerpc.grpclib.status import Status, StatusCode
+from purerpc.wrappers import (
+    call_server_stream_stream,
+    call_server_stream_unary,
+    call_server_unary_stream,
+    call_server_unary_unary,
+)
+
+log = logging.getLogger("servers.transport")
+
+#: a status message is cut so that its percent-encoded form (the ``grpc-message`` trailer)
+#: stays within this many bytes, well under the 8 KiB metadata limit of grpcio clients.
+MAX_STATUS_MESSAGE_BYTES: Final = 4096
+_CUT_MARKER: Final = " ...[truncated]"
+
+_CALLERS: Final[Mapping[Cardinality, Callable[[Any, GRPCProtoStream], Awaitable[None]]]] = {
+    Cardinality.UNARY_UNARY: call_server_unary_unary,
+    Cardinality.UNARY_STREAM: call_server_unary_stream,
+    Cardinality.STREAM_UNARY: call_server_stream_unary,
+    Cardinality.STREAM_STREAM: call_server_stream_stream,
+}
+
+
+def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> str:
+    """Return ``message``, cut (with a marker) so its percent-encoding has at most ``limit`` bytes.
+
+    Args:
+        message: the status detail.
+        limit: the bound of ``urllib.parse.quote(message, safe="")`` in bytes (as purerpc
+            encodes the ``grpc-message`` trailer).
+    """
+    if len(urllib.parse.quote(message, safe="")) <= limit:
+        return message
+    budget = limit - len(urllib.parse.quote(_CUT_MARKER, safe=""))
+    used = 0
+    end = 0
+    for end, char in enumerate(message):  # noqa: B007 - ``end`` is read after the loop
+        used += len(urllib.parse.quote(char, safe=""))
+        if used > budget:
+            break
+    return message[:end] + _CUT_MARKER
+
+
+class _ResetAwareConnection(GRPCConnection):  # type: ignore[misc]
+    """purerpc's HTTP/2 state machine, reporting stream resets instead of dropping them."""
+
+    def __init__(self, config: GRPCConfiguration, on_reset: Callable[[int], None]) -> None:
+        super().__init__(config)
+        self._on_reset = on_reset
+
+    def _stream_reset(self, event: h2.events.StreamReset) -> list[Any]:
+        self.message_read_buffers.pop(event.stream_id, None)
+        self._on_reset(event.stream_id)
+        return []
+
+    def _data_received(self, event: h2.events.DataReceived) -> list[Any]:
+        if event.stream_id not in self.message_read_buffers:
+            # data racing a reset (or after the end of the request): purerpc would raise
+            # KeyError here and drop the whole connection; answering the frame is enough.
+            self.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
+            return []
+        result: list[Any] = super()._data_received(event)
+        return result
+
+
+class _CallSocket(GRPCProtoSocket):  # type: ignore[misc]
+    """A server-side purerpc socket whose streams can be cancelled by the peer."""
+
+    def __init__(
+        self,
+        config: GRPCConfiguration,
+        sock: anyio.abc.SocketStream,
+        on_reset: Callable[[int], None],
+    ) -> None:
+        super().__init__(config, sock)
+        connection = _ResetAwareConnection(config, self._reset)
+        self._grpc_connection = connection
+        self._socket._grpc_connection = connection
+        self._on_reset_stream = on_reset
+
+    def _reset(self, stream_id: int) -> None:
+        self._streams.pop(stream_id, None)
+        self._on_reset_stream(stream_id)
+
+
+class CallHandler:
+    """Serves gRPC calls on accepted connections, one trio cancel scope per call.
+
+    Pass an instance to ``anyio`` ``Listener.serve``.
+
+    Args:
+        services: ``{"package.Service": purerpc.Service}``.
+    """
+
+    def __init__(self, services: Mapping[str, Service]) -> None:
+        self._services = dict(services)
+        self._config = GRPCConfiguration(client_side=False)
+
+    async def __call__(self, sock: anyio.abc.SocketStream) -> None:
+        """Serve one connection until the peer closes it; then cancel its unfinished calls.
+
+        Never raises: a broken connection is logged and dropped.
+        """
+        calls: dict[int, trio.CancelScope] = {}
+
+        def cancel_call(stream_id: int) -> None:
+            scope = calls.get(stream_id)
+            if scope is not None:
+                scope.cancel()
+
+        try:
+            async with _CallSocket(self._config, sock, cancel_call) as grpc_socket:
+                async with trio.open_nursery() as nursery:
+                    async for stream in grpc_socket.listen():
+                        scope = trio.CancelScope()
+                        calls[stream.stream_id] = scope
+                        nursery.start_soon(self._serve_call, stream, scope, calls)
+                    # the peer closed the connection: no call on it can be answered any more.
+                    nursery.cancel_scope.cancel()
+        except Exception as exc:
+            log.info("connection dropped", extra={"error": f"{type(exc).__name__}: {exc}"})
+
+    async def _serve_call(
+        self,
+        stream: GRPCProtoStream,
+        scope: trio.CancelScope,
+        calls: dict[int, trio.CancelScope],
+    ) -> None:
+        try:
+            with scope:
+                await self._dispatch(stream)
+            if scope.cancelled_caught:
+                log.info("call cancelled by the client", extra={"stream_id": stream.stream_id})
+        except Exception as exc:  # one broken stream must not drop the connection's other calls
+            log.info(
+                "call dropped",
+                extra={"stream_id": stream.stream_id, "error": f"{type(exc).__name__}: {exc}"},
+            )
+        finally:
+            calls.pop(stream.stream_id, None)
+
+    async def _dispatch(self, stream: GRPCProtoStream) -> None:
+        await stream.start_response()
+        event = await stream.receive_event()
+        if not isinstance(event, RequestReceived):
+            await _close(stream, Status(StatusCode.INTERNAL, "expected request headers"))
+            return
+        service = self._services.get(event.service_name)
+        method = None if service is None else service.methods.get(event.method_name)
+        if service is None or method is None:
+            what = (
+                f"service {event.service_name}"
+                if service is None
+                else f"method {event.service_name}/{event.method_name}"
+            )
+            await _close(stream, Status(StatusCode.UNIMPLEMENTED, f"{what} is not implemented"))
+            return
+        signature = method.signature
+        stream.expect_message_type(signature.request_type)
+        timeout = math.inf if event.timeout is None else event.timeout.total_seconds()
+        with trio.move_on_after(timeout) as deadline:
+            status = await _run_method(
+                functools.partial(method.method_fn, request=event),
+                stream,
+                signature,
+                f"{event.service_name}/{event.method_name}",
+            )
+        if deadline.cancelled_caught:
+            status = Status(
+                StatusCode.DEADLINE_EXCEEDED,
+                f"the call's deadline (grpc-timeout {timeout:g} s) passed before it finished",
+            )
+        if status is not None:
+            await _close(stream, status)
+
+
+async def _run_method(
+    method_fn: Callable[[Any], Any],
+    stream: GRPCProtoStream,
+    signature: Any,
+    name: str,
+) -> Status | None:
+    """Run one method; return the error status to send, or None when it answered itself."""
+    try:
+        await _CALLERS[signature.cardinality](method_fn, stream)
+    except RpcFailedError as error:
+        return Status(error.status.status_code, error.status.status_message)
+    except DecodeError as error:
+        type_name = signature.request_type.DESCRIPTOR.full_name
+        return Status(StatusCode.INVALID_ARGUMENT, f"request is not a valid {type_name}: {error}")
+    except GRPCError as error:  # framing: e.g. more than one request message
+        return Status(StatusCode.INVALID_ARGUMENT, f"{type(error).__name__}: {error}")
+    except Exception as error:
+        log.exception("internal error", extra={"rpc": name})
+        return Status(StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+    return None
+
+
+async def _close(stream: GRPCProtoStream, status: Status) -> None:
+    """Send ``status`` as the trailers of ``stream`` (message bounded); a dead stream is ignored."""
+    bounded = Status(status.status_code, fit_status_message(status.status_message or ""))
+    try:
+        await stream.close(bounded)
+    except (GRPCError, h2.exceptions.ProtocolError, TypeError):
+        # reset or already closed by the peer: nobody is left to tell.
+        pass

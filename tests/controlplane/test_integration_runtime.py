@@ -1,0 +1,75 @@
+"""Runtime controller on localkube: a Runtime becomes a ready pool (issue 5 acceptance)."""
+
+from __future__ import annotations
+
+import trio
+import trio.lowlevel
+
+from krt.api.constants import RUNTIME_LABEL
+from krt.kube.client import Kube
+from krt.kube.errors import NotFound
+from krt.kube.resources import (
+    DEPLOYMENTS,
+    PODS,
+    ROLEBINDINGS,
+    ROLES,
+    RUNTIMES,
+    SERVICEACCOUNTS,
+    SERVICES,
+)
+
+from .harness import NS, HeartbeatDouble, create_runtime, running_controlplane, wait_for
+
+
+async def _ready_replicas(kube: Kube) -> int:
+    runtime = await kube.get(RUNTIMES, "python", NS)
+    return int((runtime.get("status") or {}).get("readyReplicas") or 0)
+
+
+async def test_runtime_becomes_ready_pool_and_deployment_comes_back(
+    kube: Kube, heartbeats: HeartbeatDouble
+) -> None:
+    await create_runtime(kube, replicas=2, runs=4)
+    async with running_controlplane(kube):
+        await wait_for(lambda: _ready_replicas(kube), seconds=8)
+
+        async def two_ready() -> bool:
+            return await _ready_replicas(kube) == 2
+
+        await wait_for(two_ready, seconds=30)
+        for ref in (SERVICEACCOUNTS, ROLES, ROLEBINDINGS, SERVICES, DEPLOYMENTS):
+            obj = await kube.get(ref, "runtime-python", NS)
+            owner = obj["metadata"]["ownerReferences"][0]
+            assert owner["kind"] == "Runtime"
+            assert owner["name"] == "python"
+        pods, _ = await kube.list(PODS, NS, label_selector=f"{RUNTIME_LABEL}=python")
+        assert len(pods) == 2
+        runtime = await kube.get(RUNTIMES, "python", NS)
+        conditions = {c["type"]: c for c in runtime["status"]["conditions"]}
+        assert conditions["Available"]["status"] == "True"
+
+        # drift repair: a deleted Deployment comes back
+        deployment = await kube.get(DEPLOYMENTS, "runtime-python", NS)
+        await kube.delete(DEPLOYMENTS, "runtime-python", NS, propagation_policy="Orphan")
+
+        async def recreated() -> bool:
+            try:
+                again = await kube.get(DEPLOYMENTS, "runtime-python", NS)
+            except NotFound:
+                return False
+            return bool(again["metadata"]["uid"] != deployment["metadata"]["uid"])
+
+        await wait_for(recreated, seconds=10)
+        # a deleted Service comes back too
+        service = await kube.get(SERVICES, "runtime-python", NS)
+        await kube.delete(SERVICES, "runtime-python", NS)
+
+        async def service_back() -> bool:
+            try:
+                again = await kube.get(SERVICES, "runtime-python", NS)
+            except NotFound:
+                return False
+            return bool(again["metadata"]["uid"] != service["metadata"]["uid"])
+
+        await wait_for(service_back, seconds=10)
+        await trio.lowlevel.checkpoint()

@@ -1,0 +1,432 @@
+"""The task lifecycle adapter on virtual time, against fakes of runtimed's own interfaces.
+
+Seed 003 end to end through :class:`runtimed.tasks.TaskLifecycle`: claim, preparation,
+asynchronous start, observation, outputs, retry, ExecutionLost, timeout, cancellation,
+deletion, stale caches and restart safety. The Runtime Server and the Run store are the
+fakes in ``runtimed_fakes``; files are real (``tmp_path``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from runtimed_builders import POD_UID, run_dict
+from runtimed_fakes import FakeRunStore, FakeRuntimeServer, Program, RecordingEvents
+
+from krt.kube.clock import TrioLinkedClock
+from runtimed.identity import PodIdentity
+from runtimed.runtime_client import RpcRejected
+from runtimed.sources import Workspace
+from runtimed.task_decisions import ExecState
+from runtimed.tasks import TaskLifecycle, TaskTimings
+
+EPOCH = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+POD = PodIdentity(name="runtime-bash-abc", namespace="ns", uid=POD_UID)
+
+
+@pytest.fixture(autouse=True)
+def clock() -> trio.testing.MockClock:
+    """Virtual time that jumps only after 5 ms of real idleness (thread-backed file I/O)."""
+    return trio.testing.MockClock(autojump_threshold=0.005)
+
+
+@dataclass
+class Harness:
+    store: FakeRunStore
+    server: FakeRuntimeServer
+    workspace: Workspace
+    events: RecordingEvents
+    nursery: trio.Nursery
+    lifecycle: TaskLifecycle | None = None
+    scope: trio.CancelScope | None = None
+
+    async def start(self) -> TaskLifecycle:
+        lifecycle = TaskLifecycle(
+            pod=POD,
+            cache=self.store,
+            writer=self.store,
+            server=self.server,
+            workspace=self.workspace,
+            clock=TrioLinkedClock(EPOCH),
+            events=self.events,
+            timings=TaskTimings(rleg_period=0.05, sweep_period=5.0),
+            workers=4,
+        )
+        self.store.handlers[:] = [lifecycle.on_run_event]
+
+        async def run(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+            with trio.CancelScope() as scope:
+                await lifecycle.run(task_status=task_status)
+
+        async def runner(*, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as inner:
+                    await inner.start(lambda task_status: lifecycle.run(task_status=task_status))
+                    task_status.started(scope)
+
+        del run
+        self.scope = await self.nursery.start(runner)
+        self.lifecycle = lifecycle
+        for key in list(self.store.cache):
+            lifecycle.queue.add(key)
+        return lifecycle
+
+    def stop(self) -> None:
+        assert self.scope is not None
+        self.scope.cancel()
+        self.store.handlers.clear()
+
+    def create(self, **kwargs: Any) -> str:
+        obj = run_dict(**kwargs)
+        self.store.create(obj)
+        return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+    async def wait_phase(self, key: str, *phases: str, within: float = 120.0) -> dict[str, Any]:
+        with trio.fail_after(within):
+            while self.store.status(key).get("phase") not in phases:
+                await trio.sleep(0.01)
+        return self.store.status(key)
+
+    async def wait_for(self, predicate: Any, within: float = 60.0) -> None:
+        with trio.fail_after(within):
+            while not predicate():
+                await trio.sleep(0.01)
+
+
+@asynccontextmanager
+async def harness(tmp_path: Path, *, lag: float = 0.0, start: bool = True) -> AsyncIterator[Harness]:
+    async with trio.open_nursery() as nursery:
+        h = Harness(
+            store=FakeRunStore(nursery, lag=lag),
+            server=FakeRuntimeServer(nursery),
+            workspace=Workspace(root=tmp_path / "ws"),
+            events=RecordingEvents(),
+            nursery=nursery,
+        )
+        if start:
+            await h.start()
+        yield h
+        nursery.cancel_scope.cancel()
+
+
+def uid_of(h: Harness, key: str) -> str:
+    return str(h.store.objects[key]["metadata"]["uid"])
+
+
+# -- the happy path ------------------------------------------------------------------------------
+
+
+async def test_inline_task_succeeds_with_outputs(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=1.0, outputs="answer=42\n# comment\nname=x=y\n")
+        key = h.create(source={"inline": "echo hi\n"})
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        uid = uid_of(h, key)
+        assert status["phase"] == "Succeeded", status
+        assert status["outputs"] == {"answer": "42", "name": "x=y"}
+        assert status["startTime"]
+        assert h.server.execute_calls == {uid: 1}
+        spec = h.store.history[key]
+        assert [s.get("phase") for s in spec] == ["Scheduled", "Running", "Succeeded"]
+        # the execution was forgotten and the Run's files removed
+        assert uid not in h.server.executions
+        assert not (h.workspace.root / "runs" / uid).exists()
+        assert h.lifecycle is not None and h.lifecycle.local(uid) is None
+
+
+async def test_execute_request_carries_entrypoint_env_and_outputs_path(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        seen: dict[str, Any] = {}
+        original = h.server.execute
+
+        async def spy(spec: Any) -> None:
+            seen["spec"] = spec
+            seen["script"] = (Path(spec.working_dir) / "main.sh").read_text()
+            await original(spec)
+
+        h.server.execute = spy  # type: ignore[method-assign]
+        obj = run_dict(source={"inline": "echo $A\n", "inlinePath": "main.sh"}, task={"args": ["x"]})
+        obj["spec"]["env"] = [{"name": "A", "value": "1"}]
+        h.store.create(obj)
+        await h.wait_phase("ns/r1", "Succeeded")
+        spec = seen["spec"]
+        assert spec.entrypoint == "main.sh"
+        assert list(spec.args) == ["x"]
+        assert spec.env["A"] == "1"
+        uid = obj["metadata"]["uid"]
+        assert spec.env["KRUNTIME_OUTPUTS"] == str(h.workspace.root / "runs" / uid / "outputs")
+        assert spec.working_dir == str(h.workspace.root / "runs" / uid / "work")
+        assert seen["script"] == "echo $A\n"
+
+
+async def test_run_of_another_pod_is_never_touched(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        key = h.create(pod_uid="another-pod")
+        await trio.sleep(5)
+        assert h.store.status(key)["phase"] == "Scheduled"
+        assert {method for method, _ in h.server.calls} == {"List"}
+
+
+# -- failures and retry --------------------------------------------------------------------------
+
+
+async def test_failing_task_ends_failed_with_exit_code_and_stderr_tail(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(exit_code=3, stderr="line1\nfatal: boom\n")
+        key = h.create()
+        status = await h.wait_phase(key, "Failed", "Succeeded")
+        assert status["phase"] == "Failed"
+        assert status["reason"] == "ExecutionFailed"
+        assert "exit code 3" in status["message"]
+        assert "fatal: boom" in status["message"]
+        assert "outputs" not in status
+
+
+async def test_retry_fails_twice_then_succeeds_at_attempt_three(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        obj = run_dict(retry={"maxAttempts": 3, "backoff": "1s"})
+        uid = obj["metadata"]["uid"]
+        h.server.programs[uid] = [Program(exit_code=1), Program(exit_code=1), Program(outputs="ok=1\n")]
+        h.store.create(obj)
+        start = trio.current_time()
+        status = await h.wait_phase("ns/r1", "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded", status
+        assert status["attempt"] == 3
+        assert status["outputs"] == {"ok": "1"}
+        assert h.server.execute_calls[uid] == 3
+        # exponential backoff: 1 s then 2 s between attempts
+        assert trio.current_time() - start >= 3.0
+        phases = [(s.get("phase"), s.get("attempt"), bool(s.get("retryAfter"))) for s in h.store.history["ns/r1"]]
+        assert ("Running", 2, True) in phases and ("Running", 3, True) in phases
+
+
+async def test_invalid_outputs_fail_permanently_naming_the_key(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(outputs="bad key=1\n")
+        key = h.create(retry={"maxAttempts": 3})
+        status = await h.wait_phase(key, "Failed", "Succeeded")
+        assert status["reason"] == "OutputsInvalid"
+        assert "'bad key'" in status["message"]
+        assert h.server.execute_calls[uid_of(h, key)] == 1
+
+
+async def test_oversized_output_value_names_the_bound(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(outputs="big=" + "x" * 5000 + "\n")
+        key = h.create()
+        status = await h.wait_phase(key, "Failed", "Succeeded")
+        assert status["reason"] == "OutputsInvalid"
+        assert "'big'" in status["message"] and "4096" in status["message"]
+
+
+async def test_start_failure_is_applied_by_reconciliation_with_an_event(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.execute_error = RpcRejected("Execute", "INVALID_ARGUMENT", "entrypoint escapes")
+        key = h.create()
+        status = await h.wait_phase(key, "Failed", "Succeeded")
+        assert status["reason"] == "StartFailed"
+        assert "entrypoint escapes" in status["message"]
+        assert [e[1] for e in h.events.events] == ["StartFailed"]
+
+
+async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        key = h.create(source={"inline": "x", "inlinePath": "../escape.sh"})
+        status = await h.wait_phase(key, "Failed", "Succeeded")
+        assert status["reason"] == "PreparationFailed"
+        assert "inlinePath" in status["message"]
+        assert h.server.execute_calls == {}
+        assert not (tmp_path / "ws" / "escape.sh").exists()
+
+
+async def test_execution_lost_when_the_server_forgets_an_observed_execution(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        obj = run_dict(retry={"maxAttempts": 2, "backoff": "0s"})
+        uid = obj["metadata"]["uid"]
+        h.server.programs[uid] = [Program(seconds=30), Program(seconds=0.5)]
+        h.store.create(obj)
+        await h.wait_for(lambda: uid in h.server.executions)
+        assert h.lifecycle is not None
+        await h.wait_for(lambda: h.lifecycle.local(uid) is not None and h.lifecycle.local(uid).view.observed)
+        h.server.lose_all()  # the Runtime Server restarted
+        status = await h.wait_phase("ns/r1", "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+        assert status["attempt"] == 2
+        reasons = [s.get("reason") for s in h.store.history["ns/r1"]]
+        assert "ExecutionLost" in reasons
+        assert h.server.execute_calls[uid] == 2
+
+
+async def test_execution_lost_without_retry_fails(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=30)
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        await trio.sleep(1)
+        h.server.lose_all()
+        status = await h.wait_phase(key, "Failed")
+        assert status["reason"] == "ExecutionLost"
+
+
+# -- timeout, cancellation, deletion -------------------------------------------------------------
+
+
+async def test_timeout_cancels_the_execution_and_ends_timeout(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=600)
+        key = h.create(timeout="5s")
+        uid = uid_of(h, key)
+        start = trio.current_time()
+        status = await h.wait_phase(key, "Timeout", "Failed", "Succeeded")
+        assert status["phase"] == "Timeout"
+        assert status["reason"] == "TimeoutExceeded"
+        assert 5.0 <= trio.current_time() - start < 7.0
+        assert ("Cancel", uid) in h.server.calls
+        assert uid not in h.server.executions
+
+
+async def test_cancel_requested_cancels_forgets_and_ends_cancelled(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=600)
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.store.update_spec(key, cancelRequested=True)
+        status = await h.wait_phase(key, "Cancelled", "Failed")
+        assert status["phase"] == "Cancelled"
+        methods = [m for m, u in h.server.calls if u == uid]
+        assert methods.index("Cancel") < methods.index("Forget")
+        assert uid not in h.server.executions
+        assert not (h.workspace.root / "runs" / uid).exists()
+
+
+async def test_deleting_a_running_run_cancels_its_execution(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=600)
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.store.delete(key)
+        await h.wait_for(lambda: uid not in h.server.executions)
+        assert ("Cancel", uid) in h.server.calls
+        assert h.lifecycle is not None and h.lifecycle.local(uid) is None
+
+
+async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=600)
+        h.server.execute_delay = 3.0
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: ("Execute", uid) in h.server.calls)
+        h.store.delete(key)
+        await trio.sleep(1)
+        assert h.lifecycle is not None and h.lifecycle.local(uid) is None
+        await h.wait_for(lambda: h.server.execute_calls.get(uid) == 1)
+        await h.wait_for(lambda: uid not in h.server.executions)
+        assert ("Forget", uid) in h.server.calls
+
+
+# -- caches, restarts, unreachable server --------------------------------------------------------
+
+
+async def test_lagging_cache_never_double_claims_or_reruns(tmp_path: Path) -> None:
+    async with harness(tmp_path, lag=0.5) as h:
+        h.server.default = Program(seconds=0.2, outputs="a=1\n")
+        key = h.create()
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+        await trio.sleep(5)
+        assert h.server.execute_calls[uid_of(h, key)] == 1
+        assert [s.get("phase") for s in h.store.history[key]] == ["Scheduled", "Running", "Succeeded"]
+
+
+async def test_restart_mid_execution_never_executes_twice(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=10, outputs="done=1\n")
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.stop()
+        await trio.sleep(2)
+        await h.start()  # a new runtimed: empty local state
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+        assert status["outputs"] == {"done": "1"}
+        assert h.server.execute_calls[uid] == 1
+
+
+async def test_restart_after_claim_before_execute_starts_once(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.down = True
+        key = h.create()
+        await h.wait_phase(key, "Running")
+        h.stop()
+        h.server.down = False
+        await h.start()
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+        assert h.server.execute_calls[uid_of(h, key)] == 1
+
+
+async def test_restart_between_retry_write_and_forget_forgets_before_resuming(tmp_path: Path) -> None:
+    async with harness(tmp_path, start=False) as h:
+        # attempt 1 failed and the retry was persisted, but runtimed died before Forget
+        obj = run_dict(
+            phase="Running",
+            attempt=2,
+            retry={"maxAttempts": 2, "backoff": "1s"},
+            start_time=EPOCH,
+            retry_after=EPOCH,
+        )
+        uid = obj["metadata"]["uid"]
+        h.store.create(obj)
+        await h.server.execute(
+            __import__("runtimed.runtime_client", fromlist=["ExecuteSpec"]).ExecuteSpec(id=uid, working_dir="")
+        )
+        h.server.execute_calls[uid] = 0
+        h.server.executions[uid].state = ExecState.FAILED
+        h.server.programs[uid] = [Program(outputs="x=1\n")]
+        await h.start()
+        status = await h.wait_phase("ns/r1", "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+        assert status["attempt"] == 2
+        assert h.server.execute_calls[uid] == 1
+
+
+async def test_unreachable_server_changes_nothing_until_it_returns(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=2)
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.server.down = True
+        await trio.sleep(20)
+        assert h.store.status(key)["phase"] == "Running"
+        h.server.down = False
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+
+
+async def test_startup_sweep_cleans_executions_of_unknown_and_terminal_runs(tmp_path: Path) -> None:
+    async with harness(tmp_path, start=False) as h:
+        from runtimed.runtime_client import ExecuteSpec
+
+        h.server.default = Program(seconds=600)
+        done = run_dict(name="done", phase="Succeeded")
+        h.store.create(done)
+        await h.server.execute(ExecuteSpec(id="gone-uid", working_dir=""))
+        await h.server.execute(ExecuteSpec(id=done["metadata"]["uid"], working_dir=""))
+        (h.workspace.root / "runs" / "stray").mkdir(parents=True)
+        await h.start()
+        await h.wait_for(lambda: not h.server.executions, within=30)
+        assert not (h.workspace.root / "runs" / "stray").exists()
