@@ -188,7 +188,7 @@ class RawClient:
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
-                connection.receive_data(await self.stream.receive_some(65536))
+                connection.receive_data(bytes(await self.stream.receive_some(65536)))
                 continue
             if isinstance(event, h11.Response):
                 status = event.status_code

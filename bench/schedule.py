@@ -36,8 +36,8 @@ from tests.controlplane.harness import (  # noqa: E402
     HeartbeatDouble,
     install_crds,
     run_manifest,
-    runtime_manifest,
     running_controlplane,
+    runtime_manifest,
     wait_for,
 )
 

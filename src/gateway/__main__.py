@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import ssl
+from functools import partial
 
 import click
 import trio
@@ -22,6 +23,7 @@ from gateway.server import (
     DEFAULT_MAX_TIMEOUT_SECONDS,
     DEFAULT_RETRY_AFTER_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
+    GRACEFUL_SECONDS,
     ConfigError,
     GatewayConfig,
     serve_gateway,
@@ -74,13 +76,16 @@ def upstream_context(
 
 
 async def run(config: GatewayConfig) -> None:
-    """Serve until SIGTERM or SIGINT, then stop (hypercorn drains for up to 5 seconds)."""
+    """Serve until SIGTERM or SIGINT, then stop gracefully (requests in flight get 5 s)."""
+    shutdown = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_gateway, config)
+            await nursery.start(partial(serve_gateway, config, shutdown=shutdown))
             async for signum in signals:
                 log.info("stopping", extra={"signal": signal.Signals(signum).name})
-                nursery.cancel_scope.cancel()
+                shutdown.set()
+                # hypercorn bounds the drain; this bounds everything else
+                nursery.cancel_scope.deadline = trio.current_time() + GRACEFUL_SECONDS + 2
                 break
 
 

@@ -156,11 +156,14 @@ class GatewayApp:
         error: HttpError | None = None
         result: InvokeResult | None = None
         body = RequestBody(receive)
+        upstream_ms = 0.0
         try:
             ref = self._route(scope)
             fields.update(namespace=ref.namespace, runtime=ref.runtime, run_uid=ref.uid)
             request = await self._validate(scope, body, ref, invocation_id, id_error)
+            dispatched = trio.current_time()
             result = await self._dispatch(request, receive)
+            upstream_ms = round((trio.current_time() - dispatched) * 1000, 3)
         except HttpError as exc:
             error = exc
         except ClientGoneError:
@@ -186,7 +189,12 @@ class GatewayApp:
             self._metrics.record(200, elapsed)
             invocation_log.info(
                 "invoked",
-                extra={"code": 200, "output_bytes": len(result.output), "duration_ms": duration_ms},
+                extra={
+                    "code": 200,
+                    "output_bytes": len(result.output),
+                    "duration_ms": duration_ms,
+                    "upstream_ms": upstream_ms,
+                },
             )
             await self._send_result(send, result, invocation_id)
         else:

@@ -180,18 +180,21 @@ class GrpcConnection:
         try:
             with trio.CancelScope() as scope:
                 self._cancel_scope = scope
-                async with trio.open_nursery() as nursery:
-                    self._h2.initiate_connection()
-                    nursery.start_soon(self._writer)
-                    task_status.started()
-                    await self._reader()
-                    nursery.cancel_scope.cancel()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._h2.initiate_connection()
+                        nursery.start_soon(self._writer)
+                        task_status.started()
+                        await self._reader()
+                        nursery.cancel_scope.cancel()
+                except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
+                    self.close_reason = f"transport error: {group.exceptions[0]!r}"
+                except* (ProtocolError, h2.exceptions.H2Error, KeyError, ValueError) as group:
+                    # h2 or purerpc rejected what the peer sent (KeyError/ValueError: purerpc's
+                    # parser on malformed frames); the connection is unusable either way
+                    self.close_reason = f"protocol error: {group.exceptions[0]!r}"
             if scope.cancelled_caught and not self.close_reason:
                 self.close_reason = "closed"
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self.close_reason = f"transport error: {exc!r}"
-        except (ProtocolError, h2.exceptions.ProtocolError) as exc:
-            self.close_reason = f"protocol error: {exc!r}"
         finally:
             self._accepting = False
             self._closed.set()
@@ -222,11 +225,7 @@ class GrpcConnection:
             if not data:
                 self.close_reason = self.close_reason or "peer closed the connection"
                 return
-            try:
-                events = self._h2.receive_data(data)
-            except ProtocolError as exc:  # purerpc's own (bad status line, content type)
-                self.close_reason = f"protocol error: {exc}"
-                return
+            events = self._h2.receive_data(data)
             for event in events:
                 self._dispatch(event)
             self._flush()

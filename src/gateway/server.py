@@ -24,7 +24,8 @@ import logging
 import os
 import ssl
 from dataclasses import dataclass, field
-from typing import Final
+from functools import partial
+from typing import Any, Final
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -42,7 +43,9 @@ DEFAULT_TIMEOUT_SECONDS: Final = 30.0
 DEFAULT_MAX_TIMEOUT_SECONDS: Final = 300.0
 DEFAULT_GRACE_SECONDS: Final = 0.5
 DEFAULT_RETRY_AFTER_SECONDS: Final = 1
-#: HTTP/1.1 and HTTP/2 idle keep-alive (seconds).
+#: After a graceful shutdown starts, requests in flight get this long (seconds).
+GRACEFUL_SECONDS: Final = 5.0
+#: HTTP/1.1 idle keep-alive (seconds).
 DEFAULT_KEEP_ALIVE_SECONDS: Final = 75.0
 
 
@@ -135,7 +138,7 @@ def _hypercorn_config(bind: str, *, keep_alive: float) -> HypercornConfig:
     config.bind = [bind]
     config.accesslog = None
     config.keep_alive_timeout = keep_alive
-    config.graceful_timeout = 5.0
+    config.graceful_timeout = GRACEFUL_SECONDS
     config.include_server_header = False
     return config
 
@@ -144,13 +147,16 @@ async def serve_gateway(
     config: GatewayConfig,
     *,
     metrics: GatewayMetrics | None = None,
+    shutdown: trio.Event | None = None,
     task_status: trio.TaskStatus[GatewayAddresses] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the gateway until cancelled.
+    """Run the gateway until cancelled or, gracefully, until ``shutdown`` is set.
 
     Args:
         config: validated configuration.
         metrics: metrics to record into (a new registry when ``None``).
+        shutdown: when set, the listeners stop accepting and requests in flight get up to
+            :data:`GRACEFUL_SECONDS` to finish; then this returns.
         task_status: receives the bound :class:`GatewayAddresses` once both listeners accept.
 
     Raises:
@@ -179,13 +185,22 @@ async def serve_gateway(
         https.certfile = config.tls_cert_file
         https.keyfile = config.tls_key_file
         https.alpn_protocols = ["http/1.1"]  # not h2: see the module docstring
+        trigger = shutdown.wait if shutdown is not None else None
+        # our apps are raw ASGI callables typed with plain mappings; hypercorn's stubs want
+        # its TypedDict scopes
+        invoke_app: Any = app
+        plain_app: Any = metrics_app(metrics)
         async with trio.open_nursery() as nursery:
             metrics_url = None
             if config.metrics_bind is not None:
                 plain = _hypercorn_config(config.metrics_bind, keep_alive=5.0)
-                binds = await nursery.start(hypercorn_serve, metrics_app(metrics), plain)
+                binds = await nursery.start(
+                    partial(hypercorn_serve, plain_app, plain, shutdown_trigger=trigger)
+                )
                 metrics_url = binds[0]
-            binds = await nursery.start(hypercorn_serve, app, https)
+            binds = await nursery.start(
+                partial(hypercorn_serve, invoke_app, https, shutdown_trigger=trigger)
+            )
             addresses = GatewayAddresses(https=binds[0], metrics=metrics_url)
             log.info("gateway serving", extra={"https": addresses.https, "metrics": metrics_url})
             task_status.started(addresses)

@@ -2,7 +2,9 @@
 
 * :class:`StoreRbac` serves the RBAC objects from the store (``auth.rbac.RbacSource``).
 * :class:`Access` authenticates bearer tokens (``auth.authn.BearerAuthenticator``: the
-  admin token and ServiceAccount JWTs) and authorizes requests with ``auth.rbac``.
+  admin token and ServiceAccount JWTs) and authorizes requests with ``auth.rbac``. A
+  ServiceAccount token stops working when its ServiceAccount, or the Pod or Secret it is
+  bound to, is deleted (or recreated with another uid).
 * :func:`request_attributes` maps a request onto RBAC's ``RequestAttributes``.
 """
 
@@ -70,10 +72,17 @@ class Access:
         authority = authenticator.token_authority
         if authority.sa_exists is None:
             authority.sa_exists = self._sa_exists
+        if authority.bound_object_exists is None:
+            authority.bound_object_exists = self._bound_object_exists
 
     def _sa_exists(self, namespace: str, name: str, uid: str) -> bool:
         sa = self.store.get("/serviceaccounts", namespace, name)
         return sa is not None and (not uid or sa["metadata"].get("uid") == uid)
+
+    def _bound_object_exists(self, kind: str, namespace: str, name: str, uid: str) -> bool:
+        key = {"Pod": "/pods", "Secret": "/secrets", "Node": "/nodes"}.get(kind)
+        obj = self.store.get(key, namespace, name) if key else None
+        return obj is not None and obj["metadata"].get("uid") == uid
 
     def authenticate(self, authorization: str | None, path: str) -> UserInfo:
         """Return the caller, or the anonymous user for public paths without a token.

@@ -9,6 +9,7 @@ version of a kind from the same objects and only rewrites ``apiVersion`` on the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,6 +201,23 @@ GROUP_ORDER: tuple[str, ...] = (
 )
 
 
+_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """Sort key putting versions in Kubernetes priority order (preferred first).
+
+    GA before beta before alpha, higher numbers first within each
+    (``v2, v1, v1beta2, v1beta1, v1alpha1``), then non-Kubernetes names alphabetically.
+    """
+    match = _VERSION.match(version)
+    if match is None:
+        return (3, 0, 0, version)
+    major, stage, minor = int(match[1]), match[2], int(match[3] or 0)
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -major, -minor, "")
+
+
 class CRDError(ValueError):
     """A CustomResourceDefinition that cannot be served; ``field`` names the bad field."""
 
@@ -336,7 +354,7 @@ class ResourceRegistry:
                 versions.append(rt.version)
         ordered = [g for g in GROUP_ORDER if g in found]
         ordered += sorted(g for g in found if g not in GROUP_ORDER)
-        return [(g, found[g]) for g in ordered]
+        return [(g, sorted(found[g], key=version_priority)) for g in ordered]
 
     def in_group_version(self, group: str, version: str) -> list[ResourceType]:
         """Return the types served under one group/version."""

@@ -172,12 +172,50 @@ def _after_age(storage_key: str, name: str, priority: int) -> bool:
     return priority > 0 or (storage_key == "/nodes" and name == "Version")
 
 
+EVENT_KEYS = frozenset({"/events", "events.k8s.io/events"})
+
+_EVENT_COLUMNS = [
+    _column_def("Last Seen", "string", "Time since the event was last seen."),
+    _column_def("Type", "string", "Type of this event (Normal, Warning)."),
+    _column_def("Reason", "string", "Short, machine understandable reason for the event."),
+    _column_def("Object", "string", "The object this event is about."),
+    _column_def("Message", "string", "A human-readable description of the event."),
+    _column_def("Name", "string", "Name of the event.", 1, "name"),
+]
+
+
+def _event_cells(obj: dict[str, Any], now: datetime) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    regarding = obj.get("involvedObject") or obj.get("regarding") or {}
+    series = obj.get("series") or {}
+    seen = (
+        obj.get("lastTimestamp")
+        or series.get("lastObservedTime")
+        or obj.get("eventTime")
+        or meta.get("creationTimestamp")
+    )
+    if isinstance(seen, str) and "." in seen:
+        seen = seen.split(".")[0] + "Z"
+    kind = str(regarding.get("kind", "")).lower()
+    return [
+        _age(seen, now),
+        obj.get("type", ""),
+        obj.get("reason", ""),
+        f"{kind}/{regarding.get('name', '')}",
+        obj.get("message") or obj.get("note") or "",
+        meta.get("name", ""),
+    ]
+
+
 def column_definitions(rt: ResourceType) -> list[dict[str, Any]]:
     """Return a Table's ``columnDefinitions`` for ``rt``.
 
     Built-in kinds: NAME, the kind's columns (:data:`BUILTIN_COLUMNS` and
-    ``localkube.controllers.columns.EXTRA_COLUMNS``), AGE, then the ``-o wide`` ones.
+    ``localkube.controllers.columns.EXTRA_COLUMNS``), AGE, then the ``-o wide`` ones;
+    Events as kubectl shows them (LAST SEEN, TYPE, REASON, OBJECT, MESSAGE).
     """
+    if rt.storage_key in EVENT_KEYS:
+        return list(_EVENT_COLUMNS)
     columns = [_column_def("Name", "string", "Name must be unique within a namespace.", 0, "name")]
     age = _column_def(
         "Age",
@@ -216,7 +254,9 @@ def row(
     meta = obj.get("metadata") or {}
     cells: list[Any] = [meta.get("name", "")]
     age = _age(meta.get("creationTimestamp"), now)
-    if rt.printer_columns:
+    if rt.storage_key in EVENT_KEYS:
+        cells = _event_cells(obj, now)
+    elif rt.printer_columns:
         cells += [_cell(c, obj, now) for c in rt.printer_columns]
         if not any(c.name.lower() == "age" for c in rt.printer_columns):
             cells.append(age)

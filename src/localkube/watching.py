@@ -10,8 +10,9 @@ Rules (issue 3, "list and watch"; Kubernetes "Efficient detection of changes"):
 
 * no ``resourceVersion`` or ``"0"``: synthetic ADDED events for the current matching
   objects, then every later change;
-* ``resourceVersion=N``: every retained change after N; N older than the history: one
-  ERROR event carrying a 410 ``Expired`` Status, then the stream ends;
+* ``resourceVersion=N``: every retained change after N (a future N waits for changes
+  past it); N older than the history: one ERROR event carrying a 410 ``Expired`` Status,
+  then the stream ends;
 * with selectors, an object that starts matching arrives as ADDED and one that stops
   matching as DELETED, as kube-apiserver's watch cache does;
 * ``allowWatchBookmarks=true``: a BOOKMARK every ``bookmark_interval`` seconds with a
@@ -170,6 +171,7 @@ async def run_watch(
         if chunk:
             await emit(b"".join(chunk))
         next_bookmark = trio.current_time() + bookmark_interval
+        floor = since or 0
         while True:
             batch: list[bytes] = []
             received: storage.StoredEvent | None = None
@@ -187,10 +189,11 @@ async def run_watch(
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 event = received
                 while True:
-                    kind = transition(event, options)
+                    # a resourceVersion from the future: skip changes up to it
+                    kind = transition(event, options) if event.revision > floor else None
                     if kind is not None:
                         batch.append(encoder.encode(kind, event.obj, event))
-                    last_sent = event.revision
+                    last_sent = max(last_sent, event.revision)
                     try:
                         event = channel.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):

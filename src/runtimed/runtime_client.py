@@ -1,17 +1,22 @@
 """runtimed's client of the local Runtime Server (``executor.v1.Runtime`` over purerpc).
 
 One long-lived channel, held by :meth:`RuntimeServerClient.run` in runtimed's outer nursery
-(STYLE.md: long-lived clients outlive per-Run work). When the connection breaks, the next
-call fails with :class:`ServerUnavailable`, marks the channel broken and ``run`` reconnects
-with jittered backoff; calls made meanwhile wait for the new connection, bounded by their
-caller's ``trio.move_on_after`` / ``fail_after`` (no method takes a timeout).
+(STYLE.md: long-lived clients outlive per-Run work). Until the first connection attempt
+ends, calls wait for it; while the server is unreachable, calls fail fast with
+:class:`ServerUnavailable` and ``run`` reconnects with jittered backoff. No method takes a
+timeout: callers bound calls with ``trio.move_on_after`` / ``fail_after``.
+
+purerpc 0.8 leaves calls waiting forever on a connection the peer closed, so a call its
+caller abandons (deadline) marks the connection broken, and breaking the connection cancels
+every call still waiting on it; a crash of the Runtime Server is therefore noticed within
+one caller deadline (the readiness probe's, 2 s).
 
 Only the base ``Runtime`` service is used, so any conforming Runtime Server works (one
 without ``FunctionRuntime`` included). gRPC status codes are mapped once, here:
 ``Status``/``List`` NOT_FOUND is an answer (:attr:`ExecState.NOT_FOUND`), Cancel/Forget
 NOT_FOUND is success (both are idempotent for runtimed), Forget of a running execution is
 :class:`ExecutionStillRunning`, and any other status is :class:`RpcRejected` with the
-server's message.
+server's code and message.
 
 :class:`RuntimeServer` is the interface the task lifecycle depends on, so tests can run it
 against an in-memory fake on pytest-trio's virtual clock.
@@ -82,7 +87,7 @@ class ExecuteSpec:
         entrypoint: a path relative to ``working_dir``, or empty.
         args: task arguments.
         env: task environment.
-        timeout_seconds: the server's own limit (0 = none); runtimed enforces
+        timeout_seconds: the server's own limit in seconds (0 = none); runtimed enforces
             ``spec.timeout`` independently.
     """
 
@@ -149,10 +154,14 @@ def _view(response: Any) -> ServerView:
 
 
 def _code(exc: purerpc.RpcFailedError) -> str:
-    status = getattr(exc, "status", None)
-    code = getattr(status, "status", None)
+    code = getattr(getattr(exc, "status", None), "status_code", None)
     name = getattr(code, "name", None)
     return str(name) if name else type(exc).__name__
+
+
+def _message(exc: purerpc.RpcFailedError) -> str:
+    message = getattr(getattr(exc, "status", None), "status_message", None)
+    return str(message) if message else str(exc)
 
 
 class RuntimeServerClient:
@@ -169,51 +178,77 @@ class RuntimeServerClient:
         self.port = port
         self._backoff = backoff or Backoff(base=0.05, maximum=2.0)
         self._stub: runtime_grpc.RuntimeStub | None = None
-        self._connected = trio.Event()
+        self._down_reason: str | None = None
+        self._attempted = trio.Event()
         self._broken = trio.Event()
+        self._inflight: set[trio.CancelScope] = set()
         #: Completed connections (1 after the first connect; more after reconnects).
         self.connections = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the channel and reconnect when it breaks; never returns unless cancelled.
 
-        ``task_status.started()`` is called at once: the server may come up after runtimed,
-        and calls wait for the connection (bounded by their callers).
+        ``task_status.started()`` is called at once: the server may come up after runtimed.
         """
         task_status.started()
         while True:
             try:
                 async with purerpc.insecure_channel(self.host, self.port) as channel:
                     self._stub = runtime_grpc.RuntimeStub(channel)
+                    self._down_reason = None
                     self.connections += 1
                     self._backoff.reset()
-                    self._connected.set()
+                    self._attempt_finished()
                     await self._broken.wait()
             except Exception as exc:  # connect refused, reset, h2 protocol errors
-                log.info("Runtime Server connection %s:%d failed: %r", self.host, self.port, exc)
+                self._down_reason = f"Runtime Server {self.host}:{self.port}: {exc!r}"
+                log.info("%s", self._down_reason)
             finally:
                 self._stub = None
-                if self._connected.is_set():
-                    self._connected = trio.Event()
+                self._mark_broken()
+                if self._down_reason is None:
+                    self._down_reason = f"Runtime Server {self.host}:{self.port}: connection lost"
                 self._broken = trio.Event()
+                self._attempt_finished()
             await trio.sleep(self._backoff.next_delay())
 
+    def _attempt_finished(self) -> None:
+        self._attempted.set()
+        self._attempted = trio.Event()
+
+    def _mark_broken(self) -> None:
+        """Make ``run`` reconnect and wake every call waiting on the old connection."""
+        self._broken.set()
+        for scope in self._inflight:
+            scope.cancel()
+
     async def _stub_now(self) -> runtime_grpc.RuntimeStub:
-        await self._connected.wait()
-        stub = self._stub
-        if stub is None:  # broke between the event and now
-            raise ServerUnavailable(f"Runtime Server {self.host}:{self.port} is reconnecting")
-        return stub
+        while True:
+            if self._stub is not None:
+                return self._stub
+            if self._down_reason is not None:
+                raise ServerUnavailable(self._down_reason)
+            await self._attempted.wait()
 
     async def _call(self, method: str, request: Any) -> Any:
+        """One unary call; transport trouble becomes :class:`ServerUnavailable`."""
         stub = await self._stub_now()
+        scope = trio.CancelScope()
+        self._inflight.add(scope)
         try:
-            return await getattr(stub, method)(request)
-        except purerpc.RpcFailedError:
+            with scope:
+                return await getattr(stub, method)(request)
+            raise ServerUnavailable(f"{method} to {self.host}:{self.port}: connection lost")
+        except (purerpc.RpcFailedError, ServerUnavailable):
+            raise
+        except trio.Cancelled:
+            self._mark_broken()
             raise
         except Exception as exc:
-            self._broken.set()
+            self._mark_broken()
             raise ServerUnavailable(f"{method} to {self.host}:{self.port}: {exc!r}") from exc
+        finally:
+            self._inflight.discard(scope)
 
     async def execute(self, spec: ExecuteSpec) -> None:
         """Call ``Execute``.
@@ -233,7 +268,7 @@ class RuntimeServerClient:
         try:
             await self._call("Execute", request)
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Execute", _code(exc), str(exc)) from None
+            raise RpcRejected("Execute", _code(exc), _message(exc)) from None
 
     async def status(self, uid: str) -> ServerView:
         """Call ``Status``; NOT_FOUND is returned as :attr:`ExecState.NOT_FOUND`.
@@ -246,7 +281,7 @@ class RuntimeServerClient:
         except purerpc.NotFoundError:
             return ServerView(ExecState.NOT_FOUND)
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Status", _code(exc), str(exc)) from None
+            raise RpcRejected("Status", _code(exc), _message(exc)) from None
 
     async def list(self) -> dict[str, ServerView]:
         """Call ``List``.
@@ -257,7 +292,7 @@ class RuntimeServerClient:
         try:
             response = await self._call("List", pb.ListRequest())
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("List", _code(exc), str(exc)) from None
+            raise RpcRejected("List", _code(exc), _message(exc)) from None
         return {str(entry.id): _view(entry) for entry in response.entries}
 
     async def cancel(self, uid: str) -> None:
@@ -271,7 +306,7 @@ class RuntimeServerClient:
         except purerpc.NotFoundError:
             return
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Cancel", _code(exc), str(exc)) from None
+            raise RpcRejected("Cancel", _code(exc), _message(exc)) from None
 
     async def forget(self, uid: str) -> None:
         """Call ``Forget``; an unknown execution counts as forgotten.
@@ -285,9 +320,9 @@ class RuntimeServerClient:
         except purerpc.NotFoundError:
             return
         except purerpc.FailedPreconditionError as exc:
-            raise ExecutionStillRunning("Forget", "FAILED_PRECONDITION", str(exc)) from None
+            raise ExecutionStillRunning("Forget", "FAILED_PRECONDITION", _message(exc)) from None
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Forget", _code(exc), str(exc)) from None
+            raise RpcRejected("Forget", _code(exc), _message(exc)) from None
 
     async def health(self) -> tuple[bool, str]:
         """Call ``Health``.
@@ -298,5 +333,5 @@ class RuntimeServerClient:
         try:
             response = await self._call("Health", pb.HealthRequest())
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Health", _code(exc), str(exc)) from None
+            raise RpcRejected("Health", _code(exc), _message(exc)) from None
         return bool(response.healthy), str(response.message)

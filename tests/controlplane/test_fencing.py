@@ -129,9 +129,25 @@ def test_function_run_finalizer_removed_only_when_uid_gone() -> None:
     gone = decide_reap(run, pod=None, pod_in_endpoints=False, now=NOW)
     assert isinstance(gone, Recover)
     assert gone.remove_finalizer
-    deleting = decide_reap(run, pod=pod("p-a", deleting=True), pod_in_endpoints=False, now=NOW)
-    assert isinstance(deleting, Recover)
-    assert not deleting.remove_finalizer
+    assert isinstance(gone.decision, Retry)
+
+
+@pytest.mark.parametrize(
+    ("deleting_pod", "in_endpoints", "fresh"),
+    [(True, False, True), (True, True, False)],
+    ids=["out-of-endpoints", "heartbeat-stale"],
+)
+def test_run_with_finalizer_waits_for_pod_uid_gone(
+    deleting_pod: bool, in_endpoints: bool, fresh: bool
+) -> None:
+    """A deleting Pod fences a task Run, but a finalizer-holding Run waits for the UID to go."""
+    run = _assigned(phase=Phase.READY, function=True, finalizers=FIN, max_attempts=2)
+    lost = pod("p-a", deleting=deleting_pod, fresh=fresh)
+    decision = decide_reap(run, pod=lost, pod_in_endpoints=in_endpoints, now=NOW)
+    assert isinstance(decision, NotFenced)
+    assert "finalizer" in decision.why
+    task = _assigned(max_attempts=2)
+    assert isinstance(decide_reap(task, pod=lost, pod_in_endpoints=in_endpoints, now=NOW), Recover)
 
 
 def test_deleting_run_with_finalizer_on_gone_pod_only_drops_finalizer() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER
 from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase, is_active, phase_of
 from krt.api.times import format_time
@@ -19,7 +20,7 @@ from krt.kube.client import Kube, Obj
 from krt.kube.clock import SystemClock
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.informer import EventType, Informer, InformerEvent
-from krt.kube.resources import PODS, RUNS, RUNTIMES
+from krt.kube.resources import EVENTS, PODS, RUNS, RUNTIMES
 from krt.kube.status import write_status
 
 from .harness import (
@@ -140,7 +141,7 @@ async def test_fifty_runs_on_capacity_eight_never_exceed_it(
     """50 Runs at once on 2 Pods x 4: all placed, never more than 8 active, one bind each."""
     watch = RunWatch(kube)
     await nursery.start(watch.informer.run)
-    finisher = RunFinisher(kube, watch, hold=0.2)
+    finisher = RunFinisher(kube, watch, hold=0.05)
     await nursery.start(finisher.run)
     async with running_controlplane(kube) as plane:
         await _pool(kube, replicas=2, runs=4)
@@ -209,7 +210,61 @@ async def test_pod_loss_requeues_with_attempt_two_or_fails(
         assert again["status"]["reason"] == "PodLost"
         retry_uid = again["metadata"]["uid"]
         assert {attempt for attempt, _ in watch.binds[retry_uid]} == {1, 2}
-        # the new attempt was bound only after the old Pod was fenced (gone or out of endpoints)
+
+        async def events_recorded() -> bool:
+            events, _ = await kube.list(EVENTS, NS)
+            reasons = {
+                (e["involvedObject"]["name"], e["reason"])
+                for e in events
+                if e["involvedObject"].get("kind") == "Run"
+            }
+            return {("retry", "Scheduled"), ("retry", "PodLost"), ("once", "PodLost")} <= reasons
+
+        await wait_for(events_recorded, seconds=10)
+
+
+async def test_deleted_function_run_on_lost_pod_loses_its_finalizer_once_pod_uid_is_gone(
+    kube: Kube, heartbeats: HeartbeatDouble, nursery: trio.Nursery
+) -> None:
+    """Seed 000 Cleanup and Finalization: only "Pod UID gone" lets the reaper drop the finalizer."""
+    watch = RunWatch(kube)
+    await nursery.start(watch.informer.run)
+    async with running_controlplane(kube):
+        await _pool(kube, replicas=1, runs=2)
+        await kube.create(RUNS, run_manifest("fn", function=True, max_attempts=3))
+
+        def scheduled() -> bool:
+            obj = watch.informer.get(NS, "fn")
+            return obj is not None and _phase(obj) is Phase.SCHEDULED
+
+        await wait_for(scheduled)
+        obj = watch.informer.get(NS, "fn")
+        assert obj is not None
+        # act as runtimed: add the cleanup finalizer, register, go Ready
+        obj = await kube.patch(
+            RUNS,
+            "fn",
+            NS,
+            {"metadata": {"finalizers": [REGISTRATION_CLEANUP_FINALIZER]}},
+        )
+        await write_status(
+            kube, RUNS, obj, apply_merge_patch(obj.get("status"), {"phase": "Ready"})
+        )
+        pod_name = obj["status"]["assignedPod"]
+        await kube.delete(RUNS, "fn", NS)  # the user deletes the Run: the finalizer holds it
+        deleting = await kube.get(RUNS, "fn", NS)
+        assert deleting["metadata"]["deletionTimestamp"]
+        heartbeats.stop(obj["status"]["assignedPodUID"])
+        await kube.delete(PODS, pod_name, NS, grace_period_seconds=0)
+
+        async def run_gone() -> bool:
+            try:
+                await kube.get(RUNS, "fn", NS)
+            except NotFound:
+                return True
+            return False
+
+        await wait_for(run_gone, seconds=15)
 
 
 async def test_cancel_before_assignment_and_runtime_not_found(

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-from krt.controlplane.podstate import pod_is_ready, pod_state, ready_endpoint_pod_uids
+import pytest
+
+from krt.controlplane.podstate import (
+    heartbeat_expires_in,
+    pod_is_ready,
+    pod_state,
+    ready_endpoint_pod_uids,
+)
 
 from .builders import NOW, lease_dict, pod_dict
 
@@ -40,7 +48,7 @@ def test_pod_is_ready_needs_ready_true() -> None:
 
 
 def test_endpoint_membership() -> None:
-    slices = [
+    slices: list[dict[str, Any]] = [
         {
             "endpoints": [
                 {"conditions": {"ready": True}, "targetRef": {"kind": "Pod", "uid": "a"}},
@@ -55,3 +63,12 @@ def test_endpoint_membership() -> None:
         {"endpoints": None},
     ]
     assert ready_endpoint_pod_uids(slices) == frozenset({"a", "b"})
+
+
+def test_heartbeat_expires_in() -> None:
+    lease = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=10))
+    assert heartbeat_expires_in(lease, "uid-p", NOW) == pytest.approx(30.0)
+    assert heartbeat_expires_in(lease, "other", NOW) is None
+    assert heartbeat_expires_in(None, "uid-p", NOW) is None
+    stale = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=41))
+    assert heartbeat_expires_in(stale, "uid-p", NOW) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import click
 import httpx
 import pytest
 import trio
+from click.testing import CliRunner
 
 from krt.controlplane.__main__ import main, parse_listen_address
 from krt.kube.client import Kube
@@ -31,12 +33,12 @@ def test_listen_address_forms() -> None:
     assert parse_listen_address("0") is None
     assert parse_listen_address("") is None
     for bad in ("8080", "host:", "host:99999", "host:x"):
-        with pytest.raises(click.BadParameter, match="--metrics-addr"):
+        with pytest.raises(click.BadParameter, match="is not host:port"):
             parse_listen_address(bad)
 
 
 def test_bad_metrics_addr_is_a_usage_error() -> None:
-    result = click.testing.CliRunner().invoke(main, ["--metrics-addr", "nope"])
+    result = CliRunner().invoke(main, ["--metrics-addr", "nope"])
     assert result.exit_code == 2
     assert "--metrics-addr" in result.output
 
@@ -86,9 +88,7 @@ async def test_process_leads_serves_metrics_and_releases_lease_on_sigterm(
     ]
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
-            lambda task_status: trio.run_process(  # type: ignore[misc]
-                argv, check=False, stderr=subprocess.PIPE, task_status=task_status
-            )
+            functools.partial(trio.run_process, argv, check=False, stderr=subprocess.PIPE)
         )
         async with httpx.AsyncClient() as client:
 

@@ -74,6 +74,7 @@ class Stack:
     metrics: GatewayMetrics
     tls: TLSFiles
     config: GatewayConfig
+    shutdown: trio.Event
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -123,13 +124,14 @@ def gateway_stack(tls_files: TLSFiles) -> StackFactory:
             settings.update(overrides)
             config = GatewayConfig(**settings)
             metrics = GatewayMetrics()
+            shutdown = trio.Event()
             addresses = await nursery.start(
-                functools.partial(serve_gateway, config, metrics=metrics)
+                functools.partial(serve_gateway, config, metrics=metrics, shutdown=shutdown)
             )
             async with httpx.AsyncClient(
                 verify=tls_files.client_context(), http2=client_http2, timeout=10
             ) as client:
-                yield Stack(fake, addresses, client, metrics, tls_files, config)
+                yield Stack(fake, addresses, client, metrics, tls_files, config, shutdown)
             nursery.cancel_scope.cancel()
 
     return start

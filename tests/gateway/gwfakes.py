@@ -12,6 +12,7 @@ reset into cancellation of that stream's handler: exactly what a conforming gRPC
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ import anyio.abc
 import h2.events
 import purerpc
 import trio
+from anyio.streams.tls import TLSListener
 from purerpc.grpc_proto import GRPCProtoSocket
 from purerpc.grpclib.config import GRPCConfiguration
 from purerpc.grpclib.connection import GRPCConnection
@@ -159,12 +161,16 @@ class _CancellingHandler(ConnectionHandler):  # type: ignore[misc]
 async def serve_fake(
     servicer: FakeFunctionRuntime,
     *,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``servicer`` on 127.0.0.1, port 0; ``task_status`` gets the bound port."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    """Serve ``servicer`` on 127.0.0.1, port 0 (TLS with ``ssl_context``); yields the port."""
+    tcp = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = int(tcp.extra(anyio.abc.SocketAttribute.local_port))
+    listener: Any = tcp
+    if ssl_context is not None:
+        listener = TLSListener(tcp, ssl_context, standard_compatible=False)
     async with listener:
-        port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         handler = _CancellingHandler(
             {"executor.v1.FunctionRuntime": servicer.service}, purerpc.Server(port=port)
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import purerpc
 import pytest
 import trio
@@ -149,3 +151,31 @@ async def test_pool_connect_failure_is_not_dispatched() -> None:
     async with open_channel_pool(resolver) as pool:
         with pytest.raises(ConnectFailedError):
             await pool.unary_call(PoolKey("ns", "py"), SERVICE, "InvokeFunction", b"")
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"this is not HTTP/2 at all" * 10,  # h2 protocol error
+        b"",  # the peer closes without a word
+    ],
+)
+async def test_a_peer_speaking_garbage_fails_the_call_not_the_process(garbage: bytes) -> None:
+    async def serve_garbage(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        if garbage:
+            await stream.send_all(garbage)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, serve_garbage, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        conn = await connect(port, nursery)
+        with pytest.raises(ConnectionLostError) as excinfo:
+            await conn.unary_call(SERVICE, "InvokeFunction", invoke_payload())
+        assert excinfo.value.dispatched
+        assert not conn.usable
+        assert conn.close_reason
+        nursery.cancel_scope.cancel()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
+import httpx
 import purerpc
 import pytest
 import trio
-from conftest import NAMESPACE, RUNTIME, TOKEN, UID, StackFactory
+import trio.testing
+from conftest import NAMESPACE, RUNTIME, TOKEN, UID, StackFactory, TLSFiles
 from gwfakes import delay_then, error_body, fail_with, respond
+
+from krt.proto.executor.v1 import runtime_pb2 as pb
 
 
 async def test_success_returns_output_content_type_outputs_and_invocation_id(
@@ -259,3 +264,73 @@ async def test_logs_carry_invocation_identity_and_never_the_token(
         assert entry["run_uid"] == UID
     assert TOKEN not in caplog.text
     assert all(TOKEN not in JSONFormatter().format(r) for r in caplog.records)
+
+
+async def test_the_published_endpoint_url_is_the_routed_url(gateway_stack: StackFactory) -> None:
+    from krt.api.endpoint import function_endpoint_url, parse_function_endpoint_url
+
+    async with gateway_stack() as stack:
+        url = function_endpoint_url(stack.addresses.https, NAMESPACE, RUNTIME, UID)
+        response = await stack.client.post(url, content=b"{}", headers=stack.headers())
+        assert response.status_code == 200
+        assert stack.fake.received[0].request.registration.run_uid == UID
+        assert parse_function_endpoint_url(url)[1].uid == UID
+
+
+async def test_tls_to_runtimed_with_a_client_certificate(
+    gateway_stack: StackFactory, tls_files: TLSFiles
+) -> None:
+    import ssl
+
+    import trustme
+    from gwfakes import FakeFunctionRuntime, serve_fake
+
+    from gateway.targets import StaticResolver, Target, service_dns_name
+
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    server_context.verify_mode = ssl.CERT_REQUIRED  # mutual TLS
+    ca.configure_trust(server_context)
+    server_context.set_alpn_protocols(["h2"])
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    ca.issue_cert("runtime-gateway.kruntimes-system.svc").configure_cert(client_context)
+    fake = FakeFunctionRuntime()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(functools.partial(serve_fake, fake, ssl_context=server_context))
+        resolver = StaticResolver({service_dns_name(NAMESPACE, RUNTIME): Target("127.0.0.1", port)})
+        async with gateway_stack(resolver=resolver, upstream_ssl=client_context) as stack:
+            response = await stack.invoke()
+            assert response.status_code == 200
+            assert len(fake.received) == 1
+            assert stack.fake.received == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_graceful_shutdown_lets_the_invocation_in_flight_finish(
+    gateway_stack: StackFactory,
+) -> None:
+    release = trio.Event()
+
+    async def wait_for_release(request: pb.InvokeFunctionRequest) -> pb.InvokeFunctionResponse:
+        await release.wait()
+        return pb.InvokeFunctionResponse(output=b'"done"', content_type="application/json")
+
+    async with gateway_stack() as stack:
+        stack.fake.behaviour = wait_for_release
+        statuses: list[int] = []
+        async with trio.open_nursery() as nursery:
+
+            async def invoke() -> None:
+                statuses.append((await stack.invoke()).status_code)
+
+            nursery.start_soon(invoke)
+            await stack.fake.started.wait()
+            stack.shutdown.set()
+            await trio.testing.wait_all_tasks_blocked()  # hypercorn has stopped accepting
+            release.set()
+        assert statuses == [200]
+        async with httpx.AsyncClient(verify=stack.tls.client_context()) as fresh:
+            with pytest.raises(httpx.ConnectError):
+                await fresh.post(stack.url)

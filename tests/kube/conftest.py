@@ -1,6 +1,8 @@
 """Fixtures for the krt.kube tests: a localkube API server and a connected :class:`Kube`.
 
 * ``apiserver``: a fresh in-memory localkube API server (port 0), its handle.
+* ``start_kube``: ``start_kube(**ApiServerConfig fields)``, a context manager giving a client
+  of its own server (for a small watch history, for example).
 * ``kube``: :func:`krt.kube.client.connect` bound to ``apiserver``'s kubeconfig.
 * ``widgets``: installs a small namespaced test CRD (``widgets.test.kruntimes.io``) with a
   status subresource and returns its :class:`ResourceRef`; tests use it where the object's
@@ -29,8 +31,8 @@ WIDGETS = ResourceRef("test.kruntimes.io", "v1", "widgets", True, "Widget")
 
 @pytest.fixture
 async def apiserver() -> AsyncIterator[ApiServerHandle]:
-    """A fresh in-memory API server; 1 s bookmarks so watch tests see them quickly."""
-    async with running_apiserver(ApiServerConfig(bookmark_interval=1.0)) as handle:
+    """A fresh in-memory API server; 0.2 s bookmarks so watch tests see them quickly."""
+    async with running_apiserver(ApiServerConfig(bookmark_interval=0.2)) as handle:
         yield handle
 
 
@@ -107,6 +109,17 @@ async def install_widgets(kube: Kube) -> ResourceRef:
 async def widgets(kube: Kube) -> ResourceRef:
     """The Widget CRD, installed and served."""
     return await install_widgets(kube)
+
+
+async def eventually(predicate: Callable[[], bool], *, seconds: float = 5.0) -> None:
+    """Poll ``predicate`` (a counter or flag with no event to wait on) until true.
+
+    Raises:
+        trio.TooSlowError: still false after ``seconds``.
+    """
+    with trio.fail_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - the observed objects have no events
+            await trio.sleep(0.01)
 
 
 def widget(name: str, namespace: str = "default", **spec: Any) -> dict[str, Any]:

@@ -282,6 +282,31 @@ async def test_connect_in_cluster_from_serviceaccount_files(
         await kube.aclose()
 
 
+async def test_rotated_serviceaccount_token_is_reloaded_on_401(
+    apiserver: ApiServerHandle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text(apiserver.admin_token)
+    (sa / "ca.crt").write_bytes(apiserver.ca_pem)
+    (sa / "namespace").write_text("default")
+    host, port = apiserver.url.removeprefix("https://").rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    kube = await connect(serviceaccount_dir=sa)
+    try:
+        # the session still sends an expired token; the file holds the current one
+        kube.api._session.headers["Authorization"] = "Bearer expired"
+        before = kube.requests
+        await kube.get(NAMESPACES, "default")
+        assert kube.requests == before + 2  # one 401, one retry with the reloaded token
+        await kube.get(NAMESPACES, "default")
+        assert kube.requests == before + 3  # the new token sticks
+    finally:
+        await kube.aclose()
+
+
 async def test_connect_without_any_config_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -319,3 +344,24 @@ async def test_roundtrip_latency(kube: Kube, widgets: ResourceRef) -> None:
     print(f"create+get+replace_status: {per_trip * 1000:.2f} ms per round trip")
     if not os.environ.get("CI_SLOW_MACHINE"):
         assert per_trip < 0.1
+
+
+async def test_runs_and_runtimes_refs_match_the_crds(kube: Kube) -> None:
+    from conftest import CRDS
+
+    from krt.api import crds
+    from krt.kube.resources import RUNS, RUNTIMES
+
+    for crd, ref in ((crds.run_crd(), RUNS), (crds.runtime_crd(), RUNTIMES)):
+        names = crd["spec"]["names"]
+        assert (names["plural"], names["kind"]) == (ref.plural, ref.kind)
+        assert crd["spec"]["group"] == ref.group
+        await kube.create(CRDS, crd)
+        with trio.fail_after(10):
+            while True:
+                try:
+                    items, _ = await kube.list(ref, "default")
+                    break
+                except errors.NotFound:
+                    await trio.sleep(0.01)
+        assert items == []

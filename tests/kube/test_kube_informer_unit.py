@@ -210,6 +210,21 @@ async def test_indexes_follow_changes(autojump_clock: trio.testing.MockClock) ->
         informer.add_index("pod", by_pod)
 
 
+async def test_watch_ending_at_once_repeatedly_backs_off(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fake = ScriptedKube()
+    fake.lists.append(([], "10"))
+    fake.watches.extend([] for _ in range(100))  # every stream ends at once, empty
+    informer = informer_for(fake)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(informer.run)
+        await trio.sleep(30)
+        nursery.cancel_scope.cancel()
+    # backoff 1 s doubling to 8 s: about 1 + 2 + 4 + 8 + 8 ... not 100 requests
+    assert 4 <= len(fake.watch_calls) <= 8
+
+
 def test_bad_arguments_are_rejected() -> None:
     fake = ScriptedKube()
     with pytest.raises(ValueError, match="resync_seconds"):

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from conftest import eventually
 from kube_fakes import FakeKube, ObjectStore
 
 from krt.kube import errors
@@ -76,7 +77,9 @@ async def test_single_candidate_leads_and_renews(autojump_clock: trio.testing.Mo
         nursery.cancel_scope.cancel()
     assert intervals == [("a", 0.0, 7.001)]
     # cancelled: the lease was released so a successor need not wait for expiry
-    assert store.objects[("leases.coordination.k8s.io", "ns", "lock")]["spec"]["holderIdentity"] == ""
+    assert (
+        store.objects[("leases.coordination.k8s.io", "ns", "lock")]["spec"]["holderIdentity"] == ""
+    )
 
 
 async def test_partitioned_leader_stops_before_successor_starts(
@@ -161,9 +164,13 @@ async def test_leading_exception_propagates_and_releases(
         await trio.sleep(1)
         raise RuntimeError("leader bug")
 
-    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="leader bug"), flatten_subgroups=True):
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(RuntimeError, match="leader bug"), flatten_subgroups=True
+    ):
         await a.run(broken)
-    assert store.objects[("leases.coordination.k8s.io", "ns", "lock")]["spec"]["holderIdentity"] == ""
+    assert (
+        store.objects[("leases.coordination.k8s.io", "ns", "lock")]["spec"]["holderIdentity"] == ""
+    )
 
 
 async def test_random_faults_never_produce_two_leaders(
@@ -194,11 +201,19 @@ async def test_random_faults_never_produce_two_leaders(
 def test_timing_is_validated() -> None:
     client: Any = object()
     with pytest.raises(ValueError, match="renew_deadline"):
-        LeaderElector(client, namespace="n", name="l", identity="a", lease_duration=5,
-                      renew_deadline=5)
+        LeaderElector(
+            client, namespace="n", name="l", identity="a", lease_duration=5, renew_deadline=5
+        )
     with pytest.raises(ValueError, match="retry_period"):
-        LeaderElector(client, namespace="n", name="l", identity="a", lease_duration=15,
-                      renew_deadline=2, retry_period=2)
+        LeaderElector(
+            client,
+            namespace="n",
+            name="l",
+            identity="a",
+            lease_duration=15,
+            renew_deadline=2,
+            retry_period=2,
+        )
     with pytest.raises(ValueError, match="identity"):
         LeaderElector(client, namespace="n", name="l", identity="")
     with pytest.raises(ValueError, match="> 0"):
@@ -231,13 +246,13 @@ async def test_two_leaders_never_overlap_on_localkube(kube: Kube) -> None:
     b = LeaderElector(kube, namespace="default", name="lock", identity="b", **timing)
     async with trio.open_nursery() as nursery:
         await nursery.start(functools.partial(a.run, recorder(intervals, "a")))
-        await _until(lambda: a.is_leader)
+        await eventually(lambda: a.is_leader)
         await nursery.start(functools.partial(b.run, recorder(intervals, "b")))
         await trio.sleep(0.5)
         assert a.is_leader  # b waits while a renews
         assert not b.is_leader
         a_kube.partitioned = True
-        await _until(lambda: b.is_leader)
+        await eventually(lambda: b.is_leader)
         assert not a.is_leader
         a_kube.partitioned = False
         await trio.sleep(0.3)  # a campaigns again but must not take over from a live b
@@ -249,12 +264,6 @@ async def test_two_leaders_never_overlap_on_localkube(kube: Kube) -> None:
     lease = await kube.get(LEASES, "lock", "default")
     assert lease["spec"]["holderIdentity"] == ""  # b released it when cancelled
     assert lease["spec"]["leaseTransitions"] >= 1
-
-
-async def _until(predicate: Callable[[], bool]) -> None:
-    with trio.fail_after(5):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def test_lead_function_runs_the_elector(autojump_clock: trio.testing.MockClock) -> None:

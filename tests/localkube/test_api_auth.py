@@ -236,3 +236,41 @@ async def test_sqlite_state_survives_restart(tmp_path: Path, start_apiserver: An
         assert int(created["metadata"]["resourceVersion"]) > before
         assert second.kubeconfig_path == tmp_path / "kubeconfig"
         assert second.admin_token == first.admin_token
+
+
+async def test_pod_bound_token_dies_with_its_pod(
+    admin_http: httpx.AsyncClient, apiserver: ApiServerHandle
+) -> None:
+    await admin_http.post(
+        "/api/v1/namespaces/default/serviceaccounts", json={"metadata": {"name": "runner"}}
+    )
+    pod = (
+        await admin_http.post(
+            "/api/v1/namespaces/default/pods",
+            json={
+                "metadata": {"name": "p"},
+                "spec": {
+                    "serviceAccountName": "runner",
+                    "containers": [{"name": "c", "image": "x"}],
+                },
+            },
+        )
+    ).json()
+    request = {
+        "spec": {
+            "boundObjectRef": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": "p",
+                "uid": pod["metadata"]["uid"],
+            }
+        }
+    }
+    r = await admin_http.post(
+        "/api/v1/namespaces/default/serviceaccounts/runner/token", json=request
+    )
+    token = r.json()["status"]["token"]
+    async with client_for(apiserver, token=token) as client:
+        assert (await client.get("/api")).status_code == 200
+        await admin_http.delete("/api/v1/namespaces/default/pods/p")
+        assert (await client.get("/api")).status_code == 401

@@ -247,3 +247,25 @@ async def test_openapi_v3_advertises_field_validation(widgets: httpx.AsyncClient
     op = next(o for o in patch_ops if o["x-kubernetes-group-version-kind"]["kind"] == "Widget")
     assert "fieldValidation" in [p["name"] for p in op["parameters"]]
     assert "application/strategic-merge-patch+json" not in op["requestBody"]["content"]
+
+
+async def test_every_served_version_shares_the_objects(admin_http: httpx.AsyncClient) -> None:
+    two = crd()
+    v1 = two["spec"]["versions"][0]
+    alpha = {**copy.deepcopy(v1), "name": "v1alpha1", "storage": False}
+    alpha["schema"] = {
+        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    }
+    two["spec"]["versions"] = [alpha, v1]
+    assert (await admin_http.post(CRDS, json=two)).status_code == 201
+    alpha_path = "/apis/example.com/v1alpha1/namespaces/default/widgets"
+    created = await admin_http.post(
+        alpha_path, json={**widget(), "apiVersion": "example.com/v1alpha1"}
+    )
+    assert created.status_code == 201
+    assert created.json()["apiVersion"] == "example.com/v1alpha1"
+    via_v1 = (await admin_http.get(f"{WIDGETS}/w")).json()
+    assert via_v1["apiVersion"] == "example.com/v1"
+    assert via_v1["metadata"]["uid"] == created.json()["metadata"]["uid"]
+    versions = (await admin_http.get("/apis/example.com")).json()["versions"]
+    assert [v["version"] for v in versions] == ["v1", "v1alpha1"], "preferred version first"

@@ -221,3 +221,32 @@ async def test_table_watch_sends_column_definitions_once(admin_http: httpx.Async
         "t1",
         "t2",
     ]
+
+
+async def test_event_table_columns(admin_http: httpx.AsyncClient) -> None:
+    event = {
+        "metadata": {"name": "e1"},
+        "involvedObject": {"kind": "Pod", "name": "web-1", "namespace": "default"},
+        "reason": "Started",
+        "type": "Normal",
+        "message": "Started container c",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+    }
+    await admin_http.post("/api/v1/namespaces/default/events", json=event)
+    accept = {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}
+    table = (await admin_http.get("/api/v1/namespaces/default/events", headers=accept)).json()
+    assert [c["name"] for c in table["columnDefinitions"]] == [
+        "Last Seen",
+        "Type",
+        "Reason",
+        "Object",
+        "Message",
+        "Name",
+    ]
+    assert table["rows"][0]["cells"][1:] == [
+        "Normal",
+        "Started",
+        "pod/web-1",
+        "Started container c",
+        "e1",
+    ]

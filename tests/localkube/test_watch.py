@@ -299,3 +299,20 @@ async def test_list_resource_version_match(admin_http: httpx.AsyncClient) -> Non
     assert future.status_code == 504
     bad = await admin_http.get(cms, params={"resourceVersionMatch": "Exact"})
     assert bad.status_code == 400
+
+
+async def test_watch_from_a_future_resource_version_skips_until_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = storage.open_store(None)
+    rec = Recorder()
+    future = store.revision + 2
+    request = WatchRequest(
+        rt=CM_TYPE, namespace="ns", options=ListOptions(resource_version=str(future)), timeout=5
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_watch, store, request, rec.emit)
+        await trio.sleep(1)
+        for name in ("a", "b", "c"):
+            store.create(("/configmaps", "ns", name), cm(name))
+    assert rec.types() == [("ADDED", "c")]

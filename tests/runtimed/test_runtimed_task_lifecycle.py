@@ -32,7 +32,7 @@ EPOCH = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 POD = PodIdentity(name="runtime-bash-abc", namespace="ns", uid=POD_UID)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def clock() -> trio.testing.MockClock:
     """Virtual time that jumps only after 5 ms of real idleness (thread-backed file I/O)."""
     return trio.testing.MockClock(autojump_threshold=0.005)
@@ -92,13 +92,13 @@ class Harness:
     async def wait_phase(self, key: str, *phases: str, within: float = 120.0) -> dict[str, Any]:
         with trio.fail_after(within):
             while self.store.status(key).get("phase") not in phases:
-                await trio.sleep(0.01)
+                await trio.sleep(0.1)
         return self.store.status(key)
 
     async def wait_for(self, predicate: Any, within: float = 60.0) -> None:
         with trio.fail_after(within):
             while not predicate():
-                await trio.sleep(0.01)
+                await trio.sleep(0.1)
 
 
 @asynccontextmanager
@@ -124,7 +124,7 @@ def uid_of(h: Harness, key: str) -> str:
 # -- the happy path ------------------------------------------------------------------------------
 
 
-async def test_inline_task_succeeds_with_outputs(tmp_path: Path) -> None:
+async def test_inline_task_succeeds_with_outputs(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=1.0, outputs="answer=42\n# comment\nname=x=y\n")
         key = h.create(source={"inline": "echo hi\n"})
@@ -137,12 +137,12 @@ async def test_inline_task_succeeds_with_outputs(tmp_path: Path) -> None:
         spec = h.store.history[key]
         assert [s.get("phase") for s in spec] == ["Scheduled", "Running", "Succeeded"]
         # the execution was forgotten and the Run's files removed
+        await h.wait_for(lambda: not (h.workspace.root / "runs" / uid).exists())
         assert uid not in h.server.executions
-        assert not (h.workspace.root / "runs" / uid).exists()
         assert h.lifecycle is not None and h.lifecycle.local(uid) is None
 
 
-async def test_execute_request_carries_entrypoint_env_and_outputs_path(tmp_path: Path) -> None:
+async def test_execute_request_carries_entrypoint_env_and_outputs_path(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         seen: dict[str, Any] = {}
         original = h.server.execute
@@ -167,7 +167,7 @@ async def test_execute_request_carries_entrypoint_env_and_outputs_path(tmp_path:
         assert seen["script"] == "echo $A\n"
 
 
-async def test_run_of_another_pod_is_never_touched(tmp_path: Path) -> None:
+async def test_run_of_another_pod_is_never_touched(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         key = h.create(pod_uid="another-pod")
         await trio.sleep(5)
@@ -178,7 +178,7 @@ async def test_run_of_another_pod_is_never_touched(tmp_path: Path) -> None:
 # -- failures and retry --------------------------------------------------------------------------
 
 
-async def test_failing_task_ends_failed_with_exit_code_and_stderr_tail(tmp_path: Path) -> None:
+async def test_failing_task_ends_failed_with_exit_code_and_stderr_tail(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(exit_code=3, stderr="line1\nfatal: boom\n")
         key = h.create()
@@ -190,7 +190,7 @@ async def test_failing_task_ends_failed_with_exit_code_and_stderr_tail(tmp_path:
         assert "outputs" not in status
 
 
-async def test_retry_fails_twice_then_succeeds_at_attempt_three(tmp_path: Path) -> None:
+async def test_retry_fails_twice_then_succeeds_at_attempt_three(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         obj = run_dict(retry={"maxAttempts": 3, "backoff": "1s"})
         uid = obj["metadata"]["uid"]
@@ -208,7 +208,7 @@ async def test_retry_fails_twice_then_succeeds_at_attempt_three(tmp_path: Path) 
         assert ("Running", 2, True) in phases and ("Running", 3, True) in phases
 
 
-async def test_invalid_outputs_fail_permanently_naming_the_key(tmp_path: Path) -> None:
+async def test_invalid_outputs_fail_permanently_naming_the_key(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(outputs="bad key=1\n")
         key = h.create(retry={"maxAttempts": 3})
@@ -218,7 +218,7 @@ async def test_invalid_outputs_fail_permanently_naming_the_key(tmp_path: Path) -
         assert h.server.execute_calls[uid_of(h, key)] == 1
 
 
-async def test_oversized_output_value_names_the_bound(tmp_path: Path) -> None:
+async def test_oversized_output_value_names_the_bound(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(outputs="big=" + "x" * 5000 + "\n")
         key = h.create()
@@ -227,7 +227,7 @@ async def test_oversized_output_value_names_the_bound(tmp_path: Path) -> None:
         assert "'big'" in status["message"] and "4096" in status["message"]
 
 
-async def test_start_failure_is_applied_by_reconciliation_with_an_event(tmp_path: Path) -> None:
+async def test_start_failure_is_applied_by_reconciliation_with_an_event(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.execute_error = RpcRejected("Execute", "INVALID_ARGUMENT", "entrypoint escapes")
         key = h.create()
@@ -237,7 +237,7 @@ async def test_start_failure_is_applied_by_reconciliation_with_an_event(tmp_path
         assert [e[1] for e in h.events.events] == ["StartFailed"]
 
 
-async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(tmp_path: Path) -> None:
+async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         key = h.create(source={"inline": "x", "inlinePath": "../escape.sh"})
         status = await h.wait_phase(key, "Failed", "Succeeded")
@@ -247,7 +247,7 @@ async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(
         assert not (tmp_path / "ws" / "escape.sh").exists()
 
 
-async def test_execution_lost_when_the_server_forgets_an_observed_execution(tmp_path: Path) -> None:
+async def test_execution_lost_when_the_server_forgets_an_observed_execution(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         obj = run_dict(retry={"maxAttempts": 2, "backoff": "0s"})
         uid = obj["metadata"]["uid"]
@@ -265,7 +265,7 @@ async def test_execution_lost_when_the_server_forgets_an_observed_execution(tmp_
         assert h.server.execute_calls[uid] == 2
 
 
-async def test_execution_lost_without_retry_fails(tmp_path: Path) -> None:
+async def test_execution_lost_without_retry_fails(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=30)
         key = h.create()
@@ -280,7 +280,7 @@ async def test_execution_lost_without_retry_fails(tmp_path: Path) -> None:
 # -- timeout, cancellation, deletion -------------------------------------------------------------
 
 
-async def test_timeout_cancels_the_execution_and_ends_timeout(tmp_path: Path) -> None:
+async def test_timeout_cancels_the_execution_and_ends_timeout(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         key = h.create(timeout="5s")
@@ -294,7 +294,7 @@ async def test_timeout_cancels_the_execution_and_ends_timeout(tmp_path: Path) ->
         assert uid not in h.server.executions
 
 
-async def test_cancel_requested_cancels_forgets_and_ends_cancelled(tmp_path: Path) -> None:
+async def test_cancel_requested_cancels_forgets_and_ends_cancelled(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         key = h.create()
@@ -305,11 +305,11 @@ async def test_cancel_requested_cancels_forgets_and_ends_cancelled(tmp_path: Pat
         assert status["phase"] == "Cancelled"
         methods = [m for m, u in h.server.calls if u == uid]
         assert methods.index("Cancel") < methods.index("Forget")
+        await h.wait_for(lambda: not (h.workspace.root / "runs" / uid).exists())
         assert uid not in h.server.executions
-        assert not (h.workspace.root / "runs" / uid).exists()
 
 
-async def test_deleting_a_running_run_cancels_its_execution(tmp_path: Path) -> None:
+async def test_deleting_a_running_run_cancels_its_execution(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         key = h.create()
@@ -321,7 +321,7 @@ async def test_deleting_a_running_run_cancels_its_execution(tmp_path: Path) -> N
         assert h.lifecycle is not None and h.lifecycle.local(uid) is None
 
 
-async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(tmp_path: Path) -> None:
+async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         h.server.execute_delay = 3.0
@@ -339,7 +339,7 @@ async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(tmp_pat
 # -- caches, restarts, unreachable server --------------------------------------------------------
 
 
-async def test_lagging_cache_never_double_claims_or_reruns(tmp_path: Path) -> None:
+async def test_lagging_cache_never_double_claims_or_reruns(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path, lag=0.5) as h:
         h.server.default = Program(seconds=0.2, outputs="a=1\n")
         key = h.create()
@@ -350,7 +350,7 @@ async def test_lagging_cache_never_double_claims_or_reruns(tmp_path: Path) -> No
         assert [s.get("phase") for s in h.store.history[key]] == ["Scheduled", "Running", "Succeeded"]
 
 
-async def test_restart_mid_execution_never_executes_twice(tmp_path: Path) -> None:
+async def test_restart_mid_execution_never_executes_twice(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=10, outputs="done=1\n")
         key = h.create()
@@ -365,7 +365,7 @@ async def test_restart_mid_execution_never_executes_twice(tmp_path: Path) -> Non
         assert h.server.execute_calls[uid] == 1
 
 
-async def test_restart_after_claim_before_execute_starts_once(tmp_path: Path) -> None:
+async def test_restart_after_claim_before_execute_starts_once(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.down = True
         key = h.create()
@@ -378,7 +378,7 @@ async def test_restart_after_claim_before_execute_starts_once(tmp_path: Path) ->
         assert h.server.execute_calls[uid_of(h, key)] == 1
 
 
-async def test_restart_between_retry_write_and_forget_forgets_before_resuming(tmp_path: Path) -> None:
+async def test_restart_between_retry_write_and_forget_forgets_before_resuming(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path, start=False) as h:
         # attempt 1 failed and the retry was persisted, but runtimed died before Forget
         obj = run_dict(
@@ -403,7 +403,7 @@ async def test_restart_between_retry_write_and_forget_forgets_before_resuming(tm
         assert h.server.execute_calls[uid] == 1
 
 
-async def test_unreachable_server_changes_nothing_until_it_returns(tmp_path: Path) -> None:
+async def test_unreachable_server_changes_nothing_until_it_returns(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=2)
         key = h.create()
@@ -417,7 +417,7 @@ async def test_unreachable_server_changes_nothing_until_it_returns(tmp_path: Pat
         assert status["phase"] == "Succeeded"
 
 
-async def test_startup_sweep_cleans_executions_of_unknown_and_terminal_runs(tmp_path: Path) -> None:
+async def test_startup_sweep_cleans_executions_of_unknown_and_terminal_runs(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     async with harness(tmp_path, start=False) as h:
         from runtimed.runtime_client import ExecuteSpec
 

@@ -79,7 +79,7 @@ class FakeAdapter:
         self.clock = clock
 
     def handler_error(self, handler: str) -> str | None:
-        return None if "." in handler else "must be module.function"
+        return None if "." in handler else f"handler {handler!r} must be module.function"
 
     async def start_worker(
         self, *, working_dir: Path, handler: str, env: Mapping[str, str], run_uid: str
@@ -213,6 +213,9 @@ async def test_lower_attempt_is_failed_precondition(
         ({"run_uid": "../x"}, "run_uid"),
         ({"working_dir": "/etc"}, "not under the server's work dir"),
         ({"working_dir": "missing"}, "not an existing directory"),
+        ({"working_dir": "a" * 5000}, "File name too long"),
+        ({"working_dir": "fn/" + "a" * 300}, "File name too long"),
+        ({"handler": "a." + "b" * 1023}, "1024 bytes"),
         ({"env": {"9X": "1"}}, "'9X'"),
         ({"idle_timeout_seconds": -5}, "idle_timeout_seconds"),
         ({"registration_digest": "NOPE"}, "registration_digest"),
@@ -638,3 +641,35 @@ async def test_unregister_whose_caller_gives_up_still_completes(
 
 async def _status(svc: FunctionService, registration_id: str) -> Any:
     return svc.status("run-1", registration_id)
+
+
+@pytest.mark.parametrize(
+    ("run_uid", "registration_id", "field"),
+    [("", None, "registration.run_uid"), ("run-1", "", "registration.registration_id")],
+)
+async def test_references_need_both_run_uid_and_registration_id(
+    autojump_clock: Any,
+    service: Any,
+    tmp_path: Path,
+    run_uid: str,
+    registration_id: str | None,
+    field: str,
+) -> None:
+    # seed 002: a Runtime Server always requires a non-empty registration ID; an empty
+    # reference is a caller bug, never "absent" (an unregister must not silently succeed).
+    svc, adapter = service
+    reg = await svc.register(request(tmp_path))
+    reg_id = reg.registration_id if registration_id is None else registration_id
+    with pytest.raises(ContractError) as excinfo:
+        svc.status(run_uid, reg_id)
+    assert excinfo.value.code is Code.INVALID_ARGUMENT
+    assert f"{field} is required" in excinfo.value.message
+    error = await expect(
+        Code.INVALID_ARGUMENT,
+        svc.unregister(run_uid, reg_id, cancel_in_flight=True, drain_timeout_millis=0),
+    )
+    assert f"{field} is required" in error.message
+    error = await expect(Code.INVALID_ARGUMENT, svc.invoke(invoke_request(reg_id, run_uid=run_uid)))
+    assert f"{field} is required" in error.message
+    assert svc.status("run-1", reg.registration_id).state is RegistrationState.READY
+    assert adapter.closed == 0

@@ -85,6 +85,8 @@ async def test_entrypoint_runs_with_args_in_working_dir(
         ({"entrypoint": "escape/main.py"}, "resolves outside"),
         ({"working_dir": "/etc"}, "not under the server's work dir"),
         ({"working_dir": "missing"}, "not an existing directory"),
+        ({"working_dir": "a" * 5000}, "File name too long"),
+        ({"working_dir": "t1/" + "a" * 300}, "File name too long"),
         ({"timeout_seconds": -1}, "timeout_seconds"),
         ({"env": {"A B": "1"}}, "'A B'"),
         ({"args": ["a\0b"]}, "NUL"),
@@ -123,6 +125,35 @@ async def test_duplicate_id_unknown_id_and_forget(manager: ExecutionManager) -> 
     assert manager.list() == []
     # after Forget the ID can be executed again (seed 003, "Retry")
     assert (await run(manager, id="t1", args=["-c", "pass"])).state is ExecutionState.SUCCEEDED
+
+
+async def test_forget_removes_only_the_working_dir_the_server_created(
+    manager: ExecutionManager, tmp_path: Path
+) -> None:
+    # a long-lived Runtime Pod runs many tasks: the default <work-dir>/<id> the server made
+    # goes with Forget; a caller's own directory (given or pre-existing) stays.
+    await run(manager, id="made", args=["-c", "open('result.txt', 'w').write('x')"])
+    assert (tmp_path / "made" / "result.txt").exists()
+    (tmp_path / "given").mkdir()
+    await run(
+        manager, id="t2", args=["-c", "open('result.txt', 'w').write('x')"], working_dir="given"
+    )
+    (tmp_path / "pre").mkdir()
+    await run(manager, id="pre", args=["-c", "open('result.txt', 'w').write('x')"])
+    for exec_id in ("made", "t2", "pre"):
+        manager.forget(exec_id)
+    assert not (tmp_path / "made").exists()
+    assert (tmp_path / "given" / "result.txt").exists()
+    assert (tmp_path / "pre" / "result.txt").exists()
+    # the removal finishes in the background: nothing is left behind under the work dir
+    for _ in range(100):
+        if sorted(os.listdir(tmp_path)) == ["given", "pre"]:
+            break
+        await trio.sleep(0.01)
+    assert sorted(os.listdir(tmp_path)) == ["given", "pre"]
+    # the ID can run again at once, in a fresh directory
+    await run(manager, id="made", args=["-c", "import os; assert os.listdir() == []"])
+    assert (await manager.wait("made")).state is ExecutionState.SUCCEEDED
 
 
 async def test_environment_is_exactly_env_plus_path_and_home(

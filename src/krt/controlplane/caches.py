@@ -24,7 +24,12 @@ from krt.api.errors import ApiError
 from krt.api.run import Run
 from krt.api.runtime import Runtime
 from krt.controlplane.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, runtime_service_name
-from krt.controlplane.podstate import PodState, pod_state, ready_endpoint_pod_uids
+from krt.controlplane.podstate import (
+    PodState,
+    heartbeat_expires_in,
+    pod_state,
+    ready_endpoint_pod_uids,
+)
 from krt.kube.client import Kube, Obj
 from krt.kube.heartbeat import heartbeat_lease_name
 from krt.kube.informer import Handler, IndexFunc, Informer
@@ -297,6 +302,17 @@ class Caches:
             self.pod_state(obj)
             for obj in self.pods.by_index(PODS_BY_RUNTIME, runtime_key(namespace, runtime))
         ]
+
+    def next_heartbeat_expiry(self, namespace: str, runtime: str) -> float | None:
+        """Seconds until the first fresh heartbeat of the Runtime's Pods lapses, or ``None``."""
+        expiries = []
+        for obj in self.pods.by_index(PODS_BY_RUNTIME, runtime_key(namespace, runtime)):
+            meta = _meta(obj)
+            lease = self.lease_of_pod(namespace, str(meta.get("name", "")))
+            expiry = heartbeat_expires_in(lease, str(meta.get("uid", "")), self.now())
+            if expiry is not None:
+                expiries.append(expiry)
+        return min(expiries) if expiries else None
 
     def endpoint_pod_uids(self, namespace: str, runtime: str) -> frozenset[str]:
         """UIDs of the Pods the Runtime's Service routes to (ready, not terminating)."""

@@ -16,8 +16,13 @@ acknowledged unregister, is runtimed's to act on):
 
 The ``kruntimes.io/registration-cleanup`` finalizer (seed 000, Cleanup and Finalization) is
 removed here only under :attr:`Fence.POD_GONE`: only then can no Pod-local registration
-still serve. A live Pod with a stale heartbeat is left alone (it may be restarting runtimed);
-it is not schedulable, and once it is deleted the rules above apply.
+still serve. A Run that holds the finalizer is therefore recovered only under
+:attr:`Fence.POD_GONE` (at most the Pod's termination grace period later than a Run
+without it): requeueing it earlier would clear the assignment while the finalizer still
+stands, and nothing would be left to tell, once the old Pod is gone, that the finalizer may
+go (a Run deleted before its re-bind would hang). Runs without the finalizer (tasks) are
+recovered on any fence. A live Pod with a stale heartbeat is left alone (it may be
+restarting runtimed); it is not schedulable, and once it is deleted the rules above apply.
 
 Pure: the adapter (:mod:`krt.controlplane.reaper_loop`) supplies the cached Pod and the
 endpoint set, and performs the decision with conditional writes (status first, then the
@@ -156,18 +161,15 @@ def decide_reap(
     else:
         return Healthy(f"assigned Pod {assigned_name} is alive")
 
-    remove_finalizer = (
-        fence is Fence.POD_GONE and REGISTRATION_CLEANUP_FINALIZER in run.metadata.finalizers
-    )
+    holds_finalizer = REGISTRATION_CLEANUP_FINALIZER in run.metadata.finalizers
+    if holds_finalizer and fence is not Fence.POD_GONE:
+        return NotFenced(
+            f"{message}; the Run holds the registration-cleanup finalizer, so recovery waits "
+            "for the Pod UID to be gone"
+        )
     if is_terminal(run.status.phase) or run.metadata.is_deleting:
-        if not remove_finalizer:
-            return NotFenced(
-                f"{message}; the Run is "
-                + ("being deleted" if run.metadata.is_deleting else run.status.phase.value)
-                + ", its registration-cleanup finalizer waits for the Pod UID to be gone"
-                if REGISTRATION_CLEANUP_FINALIZER in run.metadata.finalizers
-                else f"{message}; nothing to recover"
-            )
+        if not holds_finalizer:
+            return NotFenced(f"{message}; nothing to recover")
         return Recover(fence, None, True, message)
     decision = decide(
         run,
@@ -177,4 +179,4 @@ def decide_reap(
     )
     if isinstance(decision, Stale):  # pragma: no cover - excluded by the checks above
         return Healthy(decision.detail)
-    return Recover(fence, decision, remove_finalizer, message)
+    return Recover(fence, decision, holds_finalizer, message)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from krt.api.constants import RUNTIME_LABEL
+from krt.kube.clock import parse_time
 from krt.kube.heartbeat import heartbeat_fresh
 
 
@@ -76,6 +77,26 @@ def pod_state(
         deleting=meta.get("deletionTimestamp") is not None,
         heartbeat_fresh=lease is not None and heartbeat_fresh(lease, uid, now.timestamp()),
     )
+
+
+def heartbeat_expires_in(
+    lease: Mapping[str, Any] | None, pod_uid: str, now: datetime
+) -> float | None:
+    """Seconds until a fresh heartbeat Lease expires, or ``None`` if it is not fresh.
+
+    Used to re-check a Runtime's ready Pods when a heartbeat would lapse (an expiry sends no
+    watch event).
+
+    Args:
+        lease: the heartbeat Lease, or ``None``.
+        pod_uid: the Pod's current UID.
+        now: the current wall-clock time (aware).
+    """
+    if lease is None or not heartbeat_fresh(lease, pod_uid, now.timestamp()):
+        return None
+    spec = lease.get("spec") or {}
+    renewed = parse_time(str(spec["renewTime"])).timestamp()
+    return max(0.0, renewed + int(spec["leaseDurationSeconds"]) - now.timestamp())
 
 
 def ready_endpoint_pod_uids(slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:

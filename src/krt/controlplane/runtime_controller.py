@@ -9,8 +9,9 @@ reference, so deleting the Runtime lets the garbage collector remove them.
 
 A Runtime key is queued when the Runtime changes, when one of its children changes or
 disappears (found by the ``kruntimes.io/runtime`` label), and when one of its Pods or their
-heartbeat Leases changes (``readyReplicas``). The Runtimes informer's RESYNC re-checks every
-Runtime periodically (heartbeats expire without an event).
+heartbeat Leases changes (``readyReplicas``), and again just after the earliest heartbeat of
+its Pods would lapse (an expiry sends no event). The Runtimes informer's RESYNC re-checks
+every Runtime periodically as a fallback.
 """
 
 from __future__ import annotations
@@ -154,7 +155,11 @@ class RuntimeController:
                 )
             except (Conflict, NotFound):
                 requeue = True
-        return Requeue(after=1.0) if requeue else None
+        if requeue:
+            return Requeue(after=1.0)
+        expiry = self._caches.next_heartbeat_expiry(namespace, name)
+        # re-check when a heartbeat would lapse: readyReplicas must drop without an event
+        return Requeue(after=expiry + 0.1) if expiry is not None else None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Reconcile until cancelled (the caller holds leadership). Checks every Runtime first."""

@@ -25,11 +25,14 @@ import logging
 import os
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from kr8s import APITimeoutError, ServerError
+from kr8s.asyncio import Api
 
 from krt.kube.errors import ConnectionFailed, KubeError, error_from_status
+from krt.kube.interface import KubeClient, Obj, PatchType
 from krt.kube.resources import ResourceRef
 
 __all__ = [
@@ -42,11 +45,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Obj: TypeAlias = dict[str, Any]
-"""A Kubernetes object as decoded JSON."""
-
-PatchType: TypeAlias = Literal["merge", "json", "strategic"]
 
 PATCH_CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",
@@ -143,8 +141,10 @@ class Kube:
 
         Args:
             method: HTTP method.
-            ref: the resource type. namespace, name, subresource: the address (see
-                :meth:`ResourceRef.path`).
+            ref: the resource type.
+            namespace: the namespace part of the address (see :meth:`ResourceRef.path`).
+            name: the object name, or None for the collection.
+            subresource: e.g. ``status``, or None.
             params: query parameters.
             body: a JSON-serialisable request body, or None.
             content_type: overrides ``application/json`` (patch types).
@@ -183,15 +183,10 @@ class Kube:
                 ) as response:
                     status = response.status_code
                     payload = _decode(response)
-            except (httpx.TransportError, OSError) as exc:
+            except (httpx.TransportError, OSError, APITimeoutError) as exc:
+                # kr8s wraps httpx timeouts (if a caller set one on the session) in its own
+                # APITimeoutError; everything else is httpx's or the socket's.
                 raise ConnectionFailed(f"{method} {ref.path(ns, None)}: {exc!r}") from exc
-            except KubeError:
-                raise
-            except Exception as exc:
-                # kr8s wraps httpx timeouts in its own APITimeoutError.
-                if type(exc).__name__ == "APITimeoutError":
-                    raise ConnectionFailed(f"{method} {url}: {exc}") from exc
-                raise
             if status == 401 and not reauthenticated:
                 reauthenticated = True
                 await self._reauthenticate()
@@ -215,7 +210,8 @@ class Kube:
         """GET one object.
 
         Args:
-            ref: resource type. name: object name.
+            ref: resource type.
+            name: object name.
             namespace: required for namespaced types, None for cluster-scoped ones.
 
         Raises:
@@ -239,8 +235,8 @@ class Kube:
         Args:
             ref: resource type.
             namespace: one namespace, or None for all namespaces (or a cluster-scoped type).
-            label_selector: e.g. ``kruntimes.io/runtime=py``. field_selector: e.g.
-                ``status.phase=Running``.
+            label_selector: e.g. ``kruntimes.io/runtime=py``.
+            field_selector: e.g. ``status.phase=Running``.
             page_size: objects per request (``limit``), at least 1.
 
         Returns:
@@ -360,7 +356,9 @@ class Kube:
         """PATCH an object.
 
         Args:
-            ref, name, namespace: the object.
+            ref: the resource type.
+            name: the object name.
+            namespace: its namespace (None for cluster-scoped types).
             patch: a merge/strategic patch (a dict) or a JSON patch (a list of operations).
             type: ``merge`` (RFC 7386), ``json`` (RFC 6902) or ``strategic`` (built-in
                 types only).
@@ -408,7 +406,9 @@ class Kube:
         """DELETE an object.
 
         Args:
-            ref, name, namespace: the object.
+            ref: the resource type.
+            name: the object name.
+            namespace: its namespace (None for cluster-scoped types).
             preconditions: ``{"uid": ..., "resourceVersion": ...}`` (either or both): delete
                 only that incarnation / that version.
             propagation_policy: ``Foreground``, ``Background`` or ``Orphan``.
@@ -461,10 +461,12 @@ class Kube:
         An async generator: wrap it in ``contextlib.aclosing`` when you may stop early.
 
         Args:
-            ref: resource type. namespace: one namespace or None for all.
+            ref: resource type.
+            namespace: one namespace or None for all.
             resource_version: start after this version (from a list or a bookmark); empty
                 means "from now, with synthetic ADDED events for existing objects".
-            label_selector, field_selector: as for :meth:`list`.
+            label_selector: as for :meth:`list`.
+            field_selector: as for :meth:`list`.
             timeout_seconds: ask the server to end the stream after this many seconds.
             bookmarks: request BOOKMARK events (``allowWatchBookmarks``).
 
@@ -476,8 +478,8 @@ class Kube:
         Raises:
             Gone: ``resource_version`` is too old (410, as an answer or an ERROR event):
                 re-list.
-            ApiError: other error answers or ERROR events. ConnectionFailed: the stream
-                broke.
+            ApiError: other error answers or ERROR events.
+            ConnectionFailed: the stream broke or carried a line that is not a JSON event.
         """
         ns, url = ref.url_parts(namespace, None, None)
         params: dict[str, str] = {"watch": "1"}
@@ -514,7 +516,14 @@ class Kube:
                 async for line in response.aiter_lines():
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    try:
+                        event = json.loads(line)
+                    except ValueError as exc:
+                        raise ConnectionFailed(
+                            f"watch {ref}: undecodable line {line[:200]!r}"
+                        ) from exc
+                    if not isinstance(event, dict):
+                        raise ConnectionFailed(f"watch {ref}: not an event: {line[:200]!r}")
                     kind = event.get("type")
                     obj = event.get("object")
                     if kind == "ERROR":
@@ -590,25 +599,33 @@ async def connect(
         ConnectionFailed: the server did not answer ``/version``.
         ApiError: ``/version`` answered with an error (e.g. :class:`Unauthorized`).
     """
-    from kr8s._api import Api  # the class; kr8s.asyncio.api() would share one per thread
-
     kwargs, sa_namespace = _client_settings(kubeconfig, serviceaccount_dir)
     # Api(bypass_factory=True) builds a private client: kr8s.asyncio.api() caches one Api
     # per (thread, asyncio loop); under trio the loop id is always 0, so separate trio.run
     # calls in one thread (tests, CLI commands) would share an httpx session bound to a
     # finished event loop.
+    api = Api(bypass_factory=True, context=context, namespace=namespace, **kwargs)
     try:
-        api = Api(bypass_factory=True, context=context, namespace=namespace, **kwargs)
-        await api
+        try:
+            await api
+        except BaseException:
+            await Kube(api, namespace="default").aclose()  # no half-open session left behind
+            raise
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     except (httpx.TransportError, OSError) as exc:
         raise ConnectionFailed(f"cannot reach the API server: {exc!r}") from exc
-    except Exception as exc:
+    except ServerError as exc:
         # kr8s raises its ServerError (with the httpx response) when /version fails.
         response = getattr(exc, "response", None)
         if isinstance(response, httpx.Response):
             raise error_from_status(response.status_code, _decode(response)) from exc
-        raise
+        raise ConnectionFailed(f"the API server failed /version: {exc}") from exc
     resolved = namespace or sa_namespace or api.auth.namespace or "default"
     return Kube(api, namespace=resolved)
+
+
+if TYPE_CHECKING:
+
+    def _kube_is_a_kube_client(kube: Kube) -> KubeClient:
+        return kube  # mypy proves Kube satisfies the KubeClient protocol

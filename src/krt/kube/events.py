@@ -23,9 +23,9 @@ from typing import Any, Final
 
 import trio
 
-from krt.kube.client import Kube
 from krt.kube.clock import Clock, SystemClock, format_time
 from krt.kube.errors import KubeError, NotFound
+from krt.kube.interface import KubeClient
 from krt.kube.resources import EVENTS
 
 __all__ = ["EventRecorder"]
@@ -96,7 +96,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeClient,
         component: str,
         *,
         instance: str = "",

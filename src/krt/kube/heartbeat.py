@@ -23,9 +23,9 @@ from typing import Any, Final
 import trio
 
 from krt.kube.backoff import Backoff
-from krt.kube.client import Kube, Obj
 from krt.kube.clock import Clock, format_micro_time, parse_time
 from krt.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from krt.kube.interface import KubeClient, Obj
 from krt.kube.resources import LEASES
 
 __all__ = [
@@ -123,7 +123,7 @@ def _desired(
 
 
 async def renew_heartbeat(
-    kube: Kube,
+    kube: KubeClient,
     *,
     namespace: str,
     pod_name: str,
@@ -136,7 +136,9 @@ async def renew_heartbeat(
 
     Args:
         kube: the client.
-        namespace, pod_name, pod_uid: the Pod this runtimed runs in.
+        namespace: the Pod's namespace (the Lease lives there too).
+        pod_name: the Pod's name.
+        pod_uid: the Pod's current ``metadata.uid`` (the holder identity).
         clock: wall clock for ``renewTime`` (MicroTime).
         lease_duration_seconds: written to ``spec.leaseDurationSeconds`` (>= 1).
         previous: the Lease this function returned last time; saves the GET. If it is
@@ -193,7 +195,7 @@ async def renew_heartbeat(
 
 
 async def run_heartbeat(
-    kube: Kube,
+    kube: KubeClient,
     *,
     namespace: str,
     pod_name: str,
@@ -209,8 +211,12 @@ async def run_heartbeat(
     later than ``period``).
 
     Args:
-        kube, namespace, pod_name, pod_uid, clock, lease_duration_seconds: as for
-            :func:`renew_heartbeat`.
+        kube: the client.
+        namespace: as for :func:`renew_heartbeat`.
+        pod_name: as for :func:`renew_heartbeat`.
+        pod_uid: as for :func:`renew_heartbeat`.
+        clock: as for :func:`renew_heartbeat`.
+        lease_duration_seconds: as for :func:`renew_heartbeat`.
         period: seconds between renewals (> 0, well below ``lease_duration_seconds``).
         task_status: ``started()`` after the first successful renewal.
 

@@ -31,8 +31,8 @@ from enum import StrEnum
 import trio
 
 from krt.kube.backoff import Backoff
-from krt.kube.client import Kube, Obj
 from krt.kube.errors import Gone, KubeError, is_transient
+from krt.kube.interface import KubeClient, Obj
 from krt.kube.resources import ResourceRef
 
 __all__ = ["EventType", "Handler", "IndexFunc", "Informer", "InformerEvent", "object_key"]
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 WATCH_TIMEOUT_RANGE = (300.0, 600.0)
 #: Extra seconds past the server timeout before the client abandons a silent stream.
 WATCH_CLIENT_GRACE = 30.0
+#: A watch that ends cleanly sooner than this without any event counts as a failure.
+MIN_QUIET_WATCH_SECONDS = 1.0
 
 
 class EventType(StrEnum):
@@ -121,7 +123,7 @@ class Informer:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeClient,
         ref: ResourceRef,
         *,
         namespace: str | None = None,
@@ -262,6 +264,8 @@ class Informer:
         """Watch from ``resource_version``, resuming after errors; return on 410 Gone."""
         while True:
             timeout = random.uniform(*WATCH_TIMEOUT_RANGE)
+            started_at = trio.current_time()
+            received = 0
             try:
                 with trio.move_on_after(timeout + WATCH_CLIENT_GRACE):
                     events = self._kube.watch(
@@ -274,6 +278,7 @@ class Informer:
                     )
                     async with aclosing(events) as stream:
                         async for kind, obj in stream:
+                            received += 1
                             self._backoff.reset()
                             self._on_watch_event(kind, obj)
             except Gone as exc:
@@ -281,6 +286,11 @@ class Informer:
                 return
             except KubeError as exc:
                 self._log_retry("watch", exc)
+                await trio.sleep(self._backoff.next_delay())
+                continue
+            if not received and trio.current_time() - started_at < MIN_QUIET_WATCH_SECONDS:
+                # A stream that ends at once, empty, again and again (a proxy cutting
+                # connections, a server bug) must not become a request loop.
                 await trio.sleep(self._backoff.next_delay())
 
     async def _resync_loop(self, period: float) -> None:

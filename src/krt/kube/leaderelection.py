@@ -40,7 +40,6 @@ from typing import Any
 
 import trio
 
-from krt.kube.client import Kube, Obj
 from krt.kube.clock import Clock, SystemClock, format_micro_time
 from krt.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from krt.kube.heartbeat import (
@@ -49,6 +48,7 @@ from krt.kube.heartbeat import (
     renew_heartbeat,
     run_heartbeat,
 )
+from krt.kube.interface import KubeClient, Obj
 from krt.kube.resources import LEASES
 
 __all__ = [
@@ -96,7 +96,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeClient,
         *,
         namespace: str,
         name: str,
@@ -244,7 +244,7 @@ class LeaderElector:
                         )
                         return
                     await self._sleep_retry()
-            if False:
+            if not renewed:
                 log.warning(
                     "lease %s/%s: %s could not renew within %s s; stops leading",
                     self.namespace,
@@ -329,7 +329,7 @@ class LeaderElector:
 
 
 async def lead(
-    kube: Kube,
+    kube: KubeClient,
     leading: Callable[[], Awaitable[object]],
     *,
     namespace: str,

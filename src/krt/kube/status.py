@@ -19,7 +19,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from krt.kube.client import Kube, Obj
+from krt.kube.interface import KubeClient, Obj
 from krt.kube.resources import PODS, ResourceRef
 
 __all__ = ["patch_pod_condition", "status_unchanged", "write_status"]
@@ -33,7 +33,7 @@ def status_unchanged(obj: Mapping[str, Any], new_status: Mapping[str, Any]) -> b
 
 
 async def write_status(
-    kube: Kube,
+    kube: KubeClient,
     ref: ResourceRef,
     obj: Mapping[str, Any],
     new_status: Mapping[str, Any],
@@ -57,7 +57,8 @@ async def write_status(
         Conflict: ``obj`` is stale (someone wrote after it was read): re-read and retry in
             the next reconcile; never overwrite blindly.
         NotFound: the object is gone. Invalid: the status fails the schema (``causes``
-            names the fields). ApiError, ConnectionFailed: see :meth:`Kube.request`.
+            names the fields).
+        ApiError, ConnectionFailed: see :meth:`krt.kube.client.Kube.request`.
         ValueError: ``obj`` lacks name, namespace or resourceVersion.
     """
     if status_unchanged(obj, new_status):
@@ -79,7 +80,7 @@ def _check_condition(condition: Mapping[str, Any]) -> None:
 
 
 async def patch_pod_condition(
-    kube: Kube,
+    kube: KubeClient,
     namespace: str,
     name: str,
     condition: Mapping[str, Any],
@@ -88,7 +89,8 @@ async def patch_pod_condition(
 
     Args:
         kube: the client.
-        namespace, name: the Pod.
+        namespace: the Pod's namespace.
+        name: the Pod's name.
         condition: ``{"type", "status", "reason"?, "message"?, "lastTransitionTime"?,
             "lastProbeTime"?}``; it replaces the condition of the same ``type``.
 
@@ -96,7 +98,8 @@ async def patch_pod_condition(
         The patched Pod.
 
     Raises:
-        NotFound: no such Pod. ApiError, ConnectionFailed: see :meth:`Kube.request`.
+        NotFound: no such Pod.
+        ApiError, ConnectionFailed: see :meth:`krt.kube.client.Kube.request`.
         ValueError: the condition has no ``type`` or an invalid ``status``.
     """
     _check_condition(condition)

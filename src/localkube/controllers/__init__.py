@@ -13,6 +13,7 @@ import trio
 from localkube.controllers.clusterip import ClusterIPController
 from localkube.controllers.deployment import DeploymentController
 from localkube.controllers.endpoints import EndpointsController
+from localkube.controllers.events import EventRecorder
 from localkube.controllers.informer import Informer
 from localkube.controllers.kubeapi import Kube, collection_path
 from localkube.controllers.replicaset import ReplicaSetController
@@ -35,6 +36,7 @@ async def serve_controllers(
     Raises:
         ApiStatusError, httpx.TransportError: if a first list fails.
     """
+    events = EventRecorder(kube, "localkube")
     informers = {
         "deployments": Informer(
             kube, collection_path("apps/v1", "deployments"), name="deployments"
@@ -53,8 +55,8 @@ async def serve_controllers(
         ClusterIPController | DeploymentController | ReplicaSetController | EndpointsController
     ] = [
         ClusterIPController(kube, informers["services"]),
-        DeploymentController(kube, informers["deployments"], informers["replicasets"]),
-        ReplicaSetController(kube, informers["replicasets"], informers["pods"]),
+        DeploymentController(kube, informers["deployments"], informers["replicasets"], events),
+        ReplicaSetController(kube, informers["replicasets"], informers["pods"], events),
         EndpointsController(
             kube,
             services=informers["services"],
@@ -64,6 +66,7 @@ async def serve_controllers(
         ),
     ]
     async with trio.open_nursery() as nursery:
+        await nursery.start(events.run)
         for informer in informers.values():
             await nursery.start(informer.run)
         for controller in controllers:

@@ -33,6 +33,7 @@ from localkube.controllers.common import (
     owner_reference,
     safe_encode,
 )
+from localkube.controllers.events import EventRecorder
 from localkube.controllers.informer import Informer, KeyedQueue, ObjectKey, key_of
 from localkube.controllers.kubeapi import ApiStatusError, Kube, collection_path
 
@@ -258,8 +259,15 @@ def _template_without_hash(rs: Mapping[str, Any]) -> dict[str, Any]:
 class DeploymentController:
     """Reconciles Deployments from the shared ``deployments`` and ``replicasets`` informers."""
 
-    def __init__(self, kube: Kube, deployments: Informer, replicasets: Informer) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        deployments: Informer,
+        replicasets: Informer,
+        events: EventRecorder | None = None,
+    ) -> None:
         self.kube = kube
+        self.events = events
         self.deployments = deployments
         self.replicasets = replicasets
         self.queue: KeyedQueue[ObjectKey] = KeyedQueue(self.reconcile, name="deployment")
@@ -305,6 +313,14 @@ class DeploymentController:
             body = new_replicaset(d, pod_hash, max_rev + 1, initial)
             try:
                 new_rs = await self.kube.create(rs_path, body)
+                if initial and self.events is not None:
+                    self.events.record(
+                        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": d["metadata"]},
+                        "Normal",
+                        "ScalingReplicaSet",
+                        f"Scaled up replica set {body['metadata']['name']} to {initial}",
+                        component="deployment-controller",
+                    )
             except ApiStatusError as exc:
                 if exc.code != 409:
                     raise
@@ -323,8 +339,18 @@ class DeploymentController:
         assert new_rs is not None
         old = [rs for rs in owned if rs["metadata"]["uid"] != new_rs["metadata"]["uid"]]
         plan = plan_rollout(d, new_rs, old, now=time.time())
+        current = {rs["metadata"]["name"]: _spec_replicas(rs) for rs in [new_rs, *old]}
         for rs_name, replicas in plan.scale.items():
             await self.kube.merge_patch(f"{rs_path}/{rs_name}", {"spec": {"replicas": replicas}})
+            if self.events is not None:
+                direction = "up" if replicas > current.get(rs_name, 0) else "down"
+                self.events.record(
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": d["metadata"]},
+                    "Normal",
+                    "ScalingReplicaSet",
+                    f"Scaled {direction} replica set {rs_name} from {current.get(rs_name, 0)} to {replicas}",
+                    component="deployment-controller",
+                )
         await self._cleanup(d, old, rs_path)
         revision = str(revision_of(new_rs))
         if (d["metadata"].get("annotations") or {}).get(REVISION) != revision:

@@ -31,6 +31,7 @@ from localkube.controllers.common import (
     random_suffix,
     selector_matches,
 )
+from localkube.controllers.events import EventRecorder
 from localkube.controllers.informer import Informer, KeyedQueue, ObjectKey, key_of
 from localkube.controllers.kubeapi import ApiStatusError, Kube, collection_path
 
@@ -135,8 +136,11 @@ def pod_from_template(rs: Mapping[str, Any]) -> dict[str, Any]:
 class ReplicaSetController:
     """Reconciles ReplicaSets from the shared ``replicasets`` and ``pods`` informers."""
 
-    def __init__(self, kube: Kube, replicasets: Informer, pods: Informer) -> None:
+    def __init__(
+        self, kube: Kube, replicasets: Informer, pods: Informer, events: EventRecorder | None = None
+    ) -> None:
         self.kube = kube
+        self.events = events
         self.replicasets = replicasets
         self.pods = pods
         self.queue: KeyedQueue[ObjectKey] = KeyedQueue(self.reconcile, name="replicaset")
@@ -182,12 +186,14 @@ class ReplicaSetController:
             except BaseException:
                 creating.discard(body["metadata"]["name"])
                 raise
+            self._record(rs, "SuccessfulCreate", f"Created pod: {body['metadata']['name']}")
         for pod in plan.delete:
             deleting.add(pod["metadata"]["uid"])
             await self.kube.delete(
                 f"{pods_path}/{pod['metadata']['name']}",
                 body={"preconditions": {"uid": pod["metadata"]["uid"]}},
             )
+            self._record(rs, "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}")
         if (rs.get("status") or {}) != {**(rs.get("status") or {}), **plan.status}:
             path = collection_path("apps/v1", "replicasets", ns) + f"/{key[1]}/status"
             try:
@@ -195,6 +201,11 @@ class ReplicaSetController:
             except ApiStatusError as exc:
                 if exc.code != 404:
                     raise
+
+    def _record(self, rs: Mapping[str, Any], reason: str, message: str) -> None:
+        if self.events is not None:
+            obj = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": rs["metadata"]}
+            self.events.record(obj, "Normal", reason, message, component="replicaset-controller")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the work queue; never returns unless cancelled."""

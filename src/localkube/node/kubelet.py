@@ -25,10 +25,10 @@ from typing import Any
 
 import trio
 
+from localkube.controllers.events import EventRecorder
 from localkube.controllers.informer import Informer, KeyedQueue, ObjectKey
 from localkube.controllers.kubeapi import ApiStatusError, Kube, collection_path
 from localkube.node.config import NodeConfig
-from localkube.node.events import EventRecorder
 from localkube.node.ipam import allocate_pod_ip
 from localkube.node.layout import pods_dir
 from localkube.node.podstatus import rfc3339

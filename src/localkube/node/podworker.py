@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from localkube.controllers.events import EventRecorder
 from localkube.controllers.kubeapi import ApiStatusError, Kube, collection_path
 from localkube.node.backoff import CrashBackoff
 from localkube.node.config import NodeConfig
@@ -35,7 +36,6 @@ from localkube.node.env import (
     referenced_objects,
     service_link_env,
 )
-from localkube.node.events import EventRecorder
 from localkube.node.layout import PodPaths
 from localkube.node.podstatus import ContainerObservation, pod_status
 from localkube.node.recovery import parse_time, restore_init_observations, restore_observations

@@ -17,8 +17,10 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-#: longest handler accepted, in UTF-8 bytes.
-MAX_HANDLER_BYTES = 1024
+from servers.common import limits
+
+#: longest handler accepted, in UTF-8 bytes (the shared bound of every Runtime Server).
+MAX_HANDLER_BYTES = limits.MAX_HANDLER_BYTES
 
 _FUNCTION_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")

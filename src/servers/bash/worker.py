@@ -129,6 +129,8 @@ class BashWorker:
         self._run_uid = run_uid
         self._killed = False
         self._closed = False
+        #: invocations sent so far; call N writes ``out.N`` and ``err.N`` (see driver.sh).
+        self._calls = 0
 
     @property
     def pid(self) -> int:
@@ -163,7 +165,7 @@ class BashWorker:
         with trio.CancelScope(shield=True):
             status = await self._process.wait()
             data, size = await trio.to_thread.run_sync(
-                read_tail, self._scratch / "err", STDERR_LOG_TAIL_BYTES
+                read_tail, self._call_files()[1], STDERR_LOG_TAIL_BYTES
             )
         log_stderr(data, size, run_uid=self._run_uid, invocation_id=invocation_id)
         return status
@@ -238,7 +240,12 @@ class BashWorker:
             await self._stop_after_failure(invocation_id)
             raise
 
+    def _call_files(self) -> tuple[Path, Path]:
+        """The stdout and stderr files of the current invocation."""
+        return self._scratch / f"out.{self._calls}", self._scratch / f"err.{self._calls}"
+
     async def _exchange(self, payload: bytes, invocation_id: str) -> InvokeResult:
+        self._calls += 1
         try:
             await self._stdin.send_all(b"%d\n" % len(payload) + payload)
             reply = await self._replies.line()
@@ -286,9 +293,19 @@ class BashWorker:
         return InvokeResult(output=output, content_type=output_content_type(output))
 
     def _read_results(self) -> tuple[bytes, int, bytes, int]:
-        """Read the output head and stderr tail of the finished invocation."""
-        output, output_size = read_head(self._scratch / "out", MAX_OUTPUT_BYTES)
-        err, err_size = read_tail(self._scratch / "err", STDERR_LOG_TAIL_BYTES)
+        """Read the output head and stderr tail of the finished invocation, then unlink both.
+
+        Unlinking matters: a background job the function left running still holds the files
+        open, and its later writes must go to these (now nameless) files, never into the
+        files of a later invocation.
+        """
+        out_path, err_path = self._call_files()
+        try:
+            output, output_size = read_head(out_path, MAX_OUTPUT_BYTES)
+            err, err_size = read_tail(err_path, STDERR_LOG_TAIL_BYTES)
+        finally:
+            for path in (out_path, err_path):
+                path.unlink(missing_ok=True)
         return output, output_size, err, err_size
 
     async def aclose(self) -> None:

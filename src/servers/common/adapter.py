@@ -95,7 +95,11 @@ class FunctionAdapter(Protocol):
     name: str
 
     def handler_error(self, handler: str) -> str | None:
-        """Return why ``handler`` is malformed for this language, or None when well-formed."""
+        """Return why ``handler`` is malformed for this language, or None when well-formed.
+
+        The message is complete and names the handler (it becomes the INVALID_ARGUMENT detail
+        as is), e.g. ``handler 'x' must be module.function``.
+        """
         ...
 
     async def start_worker(

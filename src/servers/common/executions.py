@@ -13,11 +13,14 @@ execution stays until Forget so runtimed can read its result (seed 003, "Retry")
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +37,7 @@ from servers.common.errors import (
     not_found,
 )
 from servers.common.validation import (
+    require_directory,
     resolve_working_dir,
     validate_entrypoint,
     validate_env,
@@ -105,6 +109,8 @@ class _Execution:
     error_message: str = ""
     stdout: BoundedBuffer = field(default_factory=BoundedBuffer)
     stderr: BoundedBuffer = field(default_factory=BoundedBuffer)
+    #: the server created ``cwd`` (the default ``<work-dir>/<id>``): Forget removes it.
+    owns_dir: bool = False
     cancel_requested: trio.Event = field(default_factory=trio.Event)
     finished: trio.Event = field(default_factory=trio.Event)
 
@@ -171,8 +177,8 @@ class ExecutionManager:
             argv = self._adapter.task_argv(entrypoint=entrypoint, args=list(req.args))
         except ValueError as exc:
             raise invalid_argument(str(exc)) from None
-        if req.working_dir and not cwd.is_dir():
-            raise invalid_argument(f"working_dir {str(cwd)!r} is not an existing directory")
+        if req.working_dir:
+            require_directory(cwd, field="working_dir")
         return _Execution(
             id=exec_id,
             argv=argv,
@@ -194,6 +200,7 @@ class ExecutionManager:
         execution = self._prepare(req)
         if not req.working_dir:
             try:
+                execution.owns_dir = not execution.cwd.exists()
                 execution.cwd.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise failed_precondition(
@@ -228,7 +235,11 @@ class ExecutionManager:
             execution.cancel_requested.set()
 
     def forget(self, exec_id: str) -> None:
-        """Drop a finished execution.
+        """Drop a finished execution, and the default working dir if the server created it.
+
+        The directory is renamed out of the way at once (so the ID can run again in a fresh
+        one) and deleted in the background; a working dir the caller gave, or that existed
+        before, is left alone.
 
         Raises:
             ContractError: NOT_FOUND for an unknown ID; FAILED_PRECONDITION while it is
@@ -240,6 +251,18 @@ class ExecutionManager:
                 f"execution {exec_id} is {execution.state.name}; cancel it before forgetting it"
             )
         del self._executions[exec_id]
+        if execution.owns_dir:
+            self._discard_dir(execution.cwd)
+
+    def _discard_dir(self, path: Path) -> None:
+        trash = self._work_dir / f".forgotten-{path.name}-{uuid.uuid4().hex}"
+        try:
+            path.rename(trash)
+        except OSError as exc:
+            log.warning("cannot remove working dir", extra={"path": str(path), "error": str(exc)})
+            return
+        remove = functools.partial(shutil.rmtree, trash, ignore_errors=True)
+        self._nursery.start_soon(trio.to_thread.run_sync, remove)
 
     async def wait(self, exec_id: str) -> ExecutionStatus:
         """Wait until the execution is terminal and return its snapshot (tests, demo)."""

@@ -47,6 +47,7 @@ from servers.common.registrations import (
 )
 from servers.common.validation import (
     bound_text,
+    require_directory,
     resolve_working_dir,
     validate_digest,
     validate_env,
@@ -67,6 +68,21 @@ def new_registration_id() -> RegistrationID:
 def new_invocation_id() -> str:
     """Return a fresh opaque invocation ID (32 hex digits)."""
     return uuid.uuid4().hex
+
+
+def require_reference(run_uid: str, registration_id: str) -> None:
+    """Check a FunctionRegistration reference has both fields (seed 002, "Scope").
+
+    A Runtime Server always requires a non-empty registration ID (only runtimed's proxy hop
+    accepts an empty one); an empty field is a caller bug, never an absent registration.
+
+    Raises:
+        ContractError: INVALID_ARGUMENT naming the empty field.
+    """
+    if not run_uid:
+        raise invalid_argument("registration.run_uid is required")
+    if not registration_id:
+        raise invalid_argument("registration.registration_id is required")
 
 
 @dataclass(frozen=True)
@@ -149,9 +165,14 @@ class FunctionService:
             )
         if not req.handler:
             raise invalid_argument("handler is required")
+        handler_bytes = len(req.handler.encode())
+        if handler_bytes > limits.MAX_HANDLER_BYTES:
+            raise invalid_argument(
+                f"handler is {handler_bytes} bytes; the limit is {limits.MAX_HANDLER_BYTES} bytes"
+            )
         problem = self._adapter.handler_error(req.handler)
         if problem is not None:
-            raise invalid_argument(f"handler {req.handler!r}: {problem}")
+            raise invalid_argument(problem)
         env = validate_env(req.env)
         if req.idle_timeout_seconds < 0:
             raise invalid_argument(
@@ -161,8 +182,7 @@ class FunctionService:
         working_dir = resolve_working_dir(
             self._work_dir, req.working_dir, default=self._work_dir / run_uid, field="working_dir"
         )
-        if not working_dir.is_dir():
-            raise invalid_argument(f"working_dir {str(working_dir)!r} is not an existing directory")
+        require_directory(working_dir, field="working_dir")
         return RegistrationSpec(
             run_uid=RunUID(run_uid),
             attempt=req.registration_attempt,
@@ -266,8 +286,10 @@ class FunctionService:
         """Return the current registration named by the reference (read only).
 
         Raises:
-            ContractError: NOT_FOUND for an unknown Run UID, FAILED_PRECONDITION for a stale ID.
+            ContractError: INVALID_ARGUMENT for an empty field, NOT_FOUND for an unknown Run
+                UID, FAILED_PRECONDITION for a stale ID.
         """
+        require_reference(run_uid, registration_id)
         return self.table.resolve(run_uid, registration_id)
 
     # -- InvokeFunction -------------------------------------------------------------
@@ -284,6 +306,7 @@ class FunctionService:
                 RESOURCE_EXHAUSTED (one already in flight), DEADLINE_EXCEEDED (this
                 invocation only), CANCELLED (unregister or supersede), UNKNOWN (handler error).
         """
+        require_reference(req.run_uid, req.registration_id)
         invocation_id = req.invocation_id or new_invocation_id()
         if len(invocation_id.encode()) > limits.MAX_INVOCATION_ID_BYTES:
             raise invalid_argument(
@@ -295,8 +318,6 @@ class FunctionService:
             raise invalid_argument(
                 f"input is {len(req.input)} bytes; the limit is {limits.MAX_INVOKE_INPUT_BYTES}"
             )
-        if not req.registration_id:
-            raise invalid_argument("registration.registration_id is required")
         timeout = (
             req.timeout_millis / 1000
             if req.timeout_millis
@@ -386,9 +407,12 @@ class FunctionService:
         when ``cancel_in_flight`` is false, then cancels it.
 
         Raises:
-            ContractError: INVALID_ARGUMENT for a negative drain timeout, FAILED_PRECONDITION
-                for a stale ID. An absent registration is a success.
+            ContractError: INVALID_ARGUMENT for an empty reference field or a negative
+                drain timeout, FAILED_PRECONDITION for a stale ID. An absent registration (no
+                registration has this Run UID) is a success. If the caller gives up (its RPC
+                is cancelled), the drain and removal still finish in the background.
         """
+        require_reference(run_uid, registration_id)
         if drain_timeout_millis < 0:
             raise invalid_argument(f"drain_timeout_millis must be >= 0, got {drain_timeout_millis}")
         try:

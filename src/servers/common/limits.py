@@ -13,6 +13,8 @@ TASK_OUTPUT_LIMIT_BYTES: Final = 1024 * 1024
 TRUNCATION_MARKER: Final = "\n[... output truncated by the Runtime Server: limit is 1 MiB ...]\n"
 #: execution IDs and Run UIDs are path components: at most this many bytes.
 MAX_ID_BYTES: Final = 128
+#: a function handler (``module.function``, ``file.function``) is at most this many bytes.
+MAX_HANDLER_BYTES: Final = 1024
 #: invocation IDs (seed 000, "Invoke Contract").
 MAX_INVOCATION_ID_BYTES: Final = 128
 #: timeout_millis == 0 means this bounded default (seed 002, "Invocation Semantics").

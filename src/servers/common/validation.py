@@ -115,6 +115,25 @@ def resolve_working_dir(work_dir: Path, value: str, *, default: Path, field: str
     return resolved
 
 
+def require_directory(path: Path, *, field: str) -> None:
+    """Check that a resolved working directory exists and is a directory.
+
+    Args:
+        path: the path returned by :func:`resolve_working_dir`.
+        field: request field name for errors.
+
+    Raises:
+        ContractError: INVALID_ARGUMENT when it is missing, not a directory, or cannot be
+            looked up at all (e.g. ``File name too long``).
+    """
+    try:
+        exists = path.is_dir()
+    except OSError as exc:
+        raise invalid_argument(f"{field} {str(path)!r}: {exc.strerror or exc}") from None
+    if not exists:
+        raise invalid_argument(f"{field} {str(path)!r} is not an existing directory")
+
+
 def validate_entrypoint(entrypoint: str) -> str:
     """Check a task entrypoint: a relative path inside the working dir, without ``..``.
 

@@ -255,7 +255,10 @@ class PythonAdapter:
     def handler_error(self, handler: str) -> str | None:
         """Return why ``handler`` is not ``module.function`` (identifiers joined by dots)."""
         if not _HANDLER_RE.fullmatch(handler):
-            return "must be module.function (Python identifiers, dotted packages allowed)"
+            return (
+                f"handler {handler!r} must be module.function (Python identifiers, dotted"
+                " packages allowed)"
+            )
         return None
 
     async def start_worker(

@@ -99,3 +99,53 @@ async def test_never_policy_keeps_the_terminated_state(tmp_path: Path) -> None:
     assert read_log(r.paths.log_dir, "main") == b"bye\n"
     assert (r.paths.log_dir / "main" / "0.exited").exists()
     assert not r.paths.pid_file("main").exists()
+
+
+async def test_failing_startup_probe_kills_the_container(tmp_path: Path) -> None:
+    r = runner(tmp_path, "echo up; sleep 300", policy="Never")
+    r.spec = {
+        **r.spec,
+        "startupProbe": {
+            "exec": {"command": ["false"]},
+            "periodSeconds": 0.05,
+            "failureThreshold": 3,
+        },
+    }
+    with trio.fail_after(5):
+        await r.run()
+    assert r.obs.state == "terminated"
+    assert r.obs.message == "Startup probe failed 3 times"
+    assert r.obs.exit_code == 128 + signal.SIGTERM  # sh dies on SIGTERM within the grace
+
+
+async def test_startup_probe_gates_readiness(tmp_path: Path) -> None:
+    running, ready = trio.Event(), trio.Event()
+    r = runner(tmp_path, "sleep 300")
+
+    def changed() -> None:
+        if r.obs.state == "running":
+            running.set()
+        if r.obs.ready:
+            ready.set()
+
+    r.on_change = changed
+    marker = r.paths.workspace / "started"
+    r.spec = {
+        **r.spec,
+        "startupProbe": {
+            "exec": {"command": ["test", "-e", str(marker)]},
+            "periodSeconds": 0.05,
+            "failureThreshold": 1000,
+        },
+    }
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(r.run)
+        with trio.fail_after(5):
+            await running.wait()
+        await trio.sleep(0.2)
+        assert (r.obs.started, r.obs.ready) == (False, False)
+        marker.touch()
+        with trio.fail_after(5):
+            await ready.wait()
+        assert r.obs.started
+        r.request_stop(1.0)

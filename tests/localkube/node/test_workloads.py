@@ -77,6 +77,14 @@ async def test_deployment_becomes_ready_pods_with_distinct_ips(kube: Kube) -> No
     assert rs is not None
     assert rs["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
 
+    async def controller_events() -> set[str] | None:
+        items = (await kube.list("/api/v1/namespaces/default/events"))["items"]
+        reasons = {(e["involvedObject"]["kind"], e["reason"]) for e in items}
+        wanted = {("Deployment", "ScalingReplicaSet"), ("ReplicaSet", "SuccessfulCreate")}
+        return reasons if wanted <= reasons else None
+
+    await eventually(controller_events, what="controller events")
+
     async def deploy_status() -> dict[str, Any] | None:
         d = await kube.get(f"{DEPLOYMENTS}/web")
         st = (d or {}).get("status") or {}

@@ -174,6 +174,10 @@ async def test_malformed_handler_is_invalid_argument(
     async with start_runtime_server(BashAdapter(), tmp_path / "srv") as server:
         with pytest.raises(purerpc.InvalidArgumentError, match="not a valid bash function name"):
             await server.functions.RegisterFunction(_register(fn_dir, "handler.$(id)"))
+        with pytest.raises(purerpc.InvalidArgumentError) as excinfo:
+            await server.functions.RegisterFunction(_register(fn_dir, "handler"))
+    # the detail names the handler once, not "handler 'handler': handler 'handler' ..."
+    assert str(excinfo.value.args[0]).count("'handler'") == 1, excinfo.value
 
 
 async def test_exit_status_is_unknown_and_invalid_json_is_invalid_argument(

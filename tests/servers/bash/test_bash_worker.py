@@ -43,6 +43,14 @@ big() { head -c "$1" /dev/zero | tr '\0' 'a'; }
 where() { pwd; }
 env_of() { printf '%s|%s|%s' "${FOO-unset}" "$HOME" "${SECRET_OF_SERVER-unset}"; }
 die() { kill -9 "$$"; }
+leaky() {
+    if [[ $1 == '"bg"' ]]; then
+        { sleep 0.3; echo "LATE OUTPUT"; echo "LATE STDERR" >&2; } &
+        printf 'started'
+    else
+        sleep 0.6; printf '%s' "$1"
+    fi
+}
 """
 
 
@@ -52,6 +60,25 @@ def funcs(workdir: Path) -> Path:
 
 
 # -- registration -----------------------------------------------------------------------
+
+
+async def test_a_background_job_cannot_write_into_the_next_invocation(
+    adapter: BashAdapter, workdir: Path, funcs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the job the first call leaves behind writes while the second call runs: its output
+    # must not become (part of) the second call's output, nor its stderr the second's log.
+    caplog.set_level(logging.INFO, logger="servers.bash")
+    async with running_worker(adapter, workdir, "funcs.leaky") as worker:
+        first = await worker.invoke(b'"bg"', content_type=JSON, invocation_id="first")
+        second = await worker.invoke(b'"x"', content_type=JSON, invocation_id="second")
+        # each call's files are removed once read: the scratch dir does not grow
+        assert sorted(os.listdir(worker.scratch_dir)) == ["worker.log"]
+    assert first.output == b"started"
+    assert second.output == b'"x"'
+    second_log = [
+        r.getMessage() for r in caplog.records if getattr(r, "invocation_id", None) == "second"
+    ]
+    assert "LATE STDERR" not in second_log
 
 
 async def test_registration_runs_the_top_level_once_and_logs_its_stderr(

@@ -1,9 +1,11 @@
-"""Pod Events from the node (``kubectl describe pod`` shows them), written in the
-background so a slow API never delays a container.
+"""Events (``kubectl describe`` shows them), written in the background so a slow API
+never delays a container or a reconcile.
 
-Reasons follow the kubelet's: Scheduled (from ``default-scheduler``), Pulled, Created,
-Started, Killing, BackOff, Unhealthy, Failed. Events go through a bounded queue; when it is
-full, new events are dropped (they are diagnostics, never state).
+The node reports Pod Events with the kubelet's reasons: Scheduled (from
+``default-scheduler``), Pulled, Created, Started, Killing, BackOff, Unhealthy, Failed; the
+controllers report SuccessfulCreate/SuccessfulDelete (ReplicaSets) and ScalingReplicaSet
+(Deployments). Events go through a bounded queue; when it is full, new events are dropped
+(they are diagnostics, never state).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import Any
 
 import trio
 
+from localkube.controllers.common import now_rfc3339 as rfc3339
 from localkube.controllers.kubeapi import Kube, collection_path
-from localkube.node.podstatus import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,7 @@ QUEUE_SIZE = 1000
 
 
 class EventRecorder:
-    """Queue and write ``v1`` Events about Pods.
+    """Queue and write ``v1`` Events.
 
     Args:
         kube: API client. node_name: the reporting host.
@@ -37,7 +39,7 @@ class EventRecorder:
 
     def record(
         self,
-        pod: Mapping[str, Any],
+        obj: Mapping[str, Any],
         etype: str,
         reason: str,
         message: str,
@@ -45,12 +47,19 @@ class EventRecorder:
         field_path: str = "",
         component: str = "kubelet",
     ) -> None:
-        """Queue one Event about ``pod`` (``etype`` Normal or Warning); never blocks."""
-        meta = pod.get("metadata", {})
+        """Queue one Event about ``obj`` (``etype`` Normal or Warning); never blocks.
+
+        Args:
+            obj: the object concerned (``kind``/``apiVersion`` default to a v1 Pod).
+            etype, reason, message: the Event's type, reason and message.
+            field_path: ``involvedObject.fieldPath`` (``spec.containers{name}``).
+            component: the reporting component.
+        """
+        meta = obj.get("metadata", {})
         now = time.time()
         involved: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
+            "apiVersion": obj.get("apiVersion", "v1"),
+            "kind": obj.get("kind", "Pod"),
             "namespace": meta.get("namespace", ""),
             "name": meta.get("name", ""),
             "uid": meta.get("uid", ""),
@@ -61,7 +70,7 @@ class EventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "generateName": f"{meta.get('name', 'pod')}.",
+                "generateName": f"{meta.get('name', 'object')}.",
                 "namespace": meta.get("namespace", "default"),
             },
             "involvedObject": involved,

@@ -1,0 +1,283 @@
+"""Invoke benchmark: the gateway against a bare HTTPS echo server, same machine, same run.
+
+Issue 8 (``bench/invoke.py``). This is the gateway-only part: the FunctionRuntime behind the
+gateway is a fake purerpc servicer that echoes its input (no runtimed, no Runtime Server),
+so the numbers are the gateway's own cost: TLS termination, HTTP/1.1 parsing, validation,
+one gRPC hop over a pooled HTTP/2 connection, and the response. The end-to-end run on
+localkube (runtimed + Runtime Server) is still to come.
+
+Processes (so no two roles share an event loop; the machine has 2 cores):
+
+* the fake FunctionRuntime (purerpc on trio), a child process;
+* the gateway (``python -m gateway``), a child process, ``--target`` pointing at the fake;
+* the baseline: a bare HTTPS echo (hypercorn on trio, a 20-line ASGI app), a child process;
+* the client (this process): keep-alive HTTPS with httpx, trustme certificates.
+
+Prints, for gateway and baseline: sequential latency p50/p99 (ms) and throughput (req/s),
+the p50 ratio, and invokes/s with 8 function Runs (8 UIDs) invoked in parallel, each over its
+own keep-alive connection. Targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s
+across 8 Runs.
+
+Usage: ``python bench/invoke.py [--calls N] [--parallel-seconds S] [--json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+import trustme
+
+PATH = "/v1/namespaces/bench/runtimes/python/functions/{uid}:invoke"
+BODY = b'{"command": "status", "n": 42}'
+HEADERS = {"authorization": "Bearer bench-token", "content-type": "application/json"}
+UIDS = [f"00000000-0000-0000-0000-00000000000{i}" for i in range(8)]
+
+
+# -- child processes ------------------------------------------------------------------------
+
+
+async def _serve_fake() -> None:
+    import purerpc
+
+    from krt.proto.executor.v1 import runtime_grpc
+    from krt.proto.executor.v1 import runtime_pb2 as pb
+
+    class Echo(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
+        async def InvokeFunction(self, request: Any) -> Any:  # noqa: N802
+            return pb.InvokeFunctionResponse(
+                registration=request.registration,
+                invocation_id=request.invocation_id,
+                output=request.input,
+                content_type="application/json",
+                outputs={"ok": "true"},
+            )
+
+    server = purerpc.Server(port=0)
+    server.add_service(Echo().service)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve_async)
+        print(port, flush=True)
+
+
+async def _serve_echo(cert: str, key: str) -> None:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                kind = message["type"].removeprefix("lifespan.")
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())],
+            }
+        )  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.certfile, config.keyfile = cert, key
+    config.alpn_protocols = ["http/1.1"]
+    config.accesslog = None
+    config.errorlog = None
+    config.keep_alive_timeout = 75
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve, app, config)
+        print(binds[0].rsplit(":", 1)[1], flush=True)
+
+
+def _child(
+    args: list[str], env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    process = subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, env=env or dict(os.environ)
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"child {args} exited with {process.wait()}")
+    return process, int(line)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- measurement ----------------------------------------------------------------------------
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _sequential(
+    client: httpx.AsyncClient, url: Callable[[int], str], calls: int
+) -> dict[str, float]:
+    for i in range(50):  # warm-up: TLS handshake, upstream connection, caches
+        (await client.post(url(i), content=BODY, headers=HEADERS)).raise_for_status()
+    latencies = []
+    start = time.perf_counter()
+    for i in range(calls):
+        t0 = time.perf_counter()
+        response = await client.post(url(i), content=BODY, headers=HEADERS)
+        latencies.append(time.perf_counter() - t0)
+        if response.status_code != 200:
+            raise RuntimeError(f"status {response.status_code}: {response.text[:200]}")
+    elapsed = time.perf_counter() - start
+    return {
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": _percentile(latencies, 0.99) * 1000,
+        "per_second": calls / elapsed,
+    }
+
+
+async def _parallel(
+    make_client: Callable[[], httpx.AsyncClient], url: Callable[[int], str], seconds: float
+) -> float:
+    counts = [0] * len(UIDS)
+
+    async def worker(index: int) -> None:
+        async with make_client() as client:
+            for _ in range(10):
+                await client.post(url(index), content=BODY, headers=HEADERS)
+            with trio.move_on_after(seconds):
+                while True:
+                    response = await client.post(url(index), content=BODY, headers=HEADERS)
+                    if response.status_code != 200:
+                        raise RuntimeError(f"status {response.status_code}")
+                    counts[index] += 1
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for index in range(len(UIDS)):
+            nursery.start_soon(worker, index)
+    return sum(counts) / (time.perf_counter() - start)
+
+
+async def _measure(
+    ca: trustme.CA, base: str, calls: int, seconds: float, path: Callable[[int], str]
+) -> dict[str, float]:
+    import ssl
+
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+
+    def make_client() -> httpx.AsyncClient:
+        return httpx.AsyncClient(verify=context, timeout=30)
+
+    async with make_client() as client:
+        result = await _sequential(client, lambda i: base + path(i), calls)
+    result["parallel8_per_second"] = await _parallel(make_client, lambda i: base + path(i), seconds)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000, help="sequential requests per server")
+    parser.add_argument("--parallel-seconds", type=float, default=3.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-echo", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fake:
+        trio.run(_serve_fake)
+        return
+    if args.serve_echo:
+        trio.run(_serve_echo, *args.serve_echo)
+        return
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    children: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_file, key_file = str(Path(tmp, "tls.crt")), str(Path(tmp, "tls.key"))
+        cert.private_key_and_cert_chain_pem.write_to_path(cert_file)
+        cert.private_key_pem.write_to_path(key_file)
+        try:
+            fake, fake_port = _child([__file__, "--serve-fake"])
+            children.append(fake)
+            echo, echo_port = _child([__file__, "--serve-echo", cert_file, key_file])
+            children.append(echo)
+            gateway_port = _free_port()
+            gateway = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "--bind", f"127.0.0.1:{gateway_port}",
+                 "--metrics-addr", "", "--log-level", "warning",
+                 "--tls-cert-file", cert_file, "--tls-key-file", key_file,
+                 "--target", f"runtime-python.bench.svc=127.0.0.1:{fake_port}"],
+                env={k: v for k, v in os.environ.items() if not k.startswith("KRT_")},
+            )  # fmt: skip
+            children.append(gateway)
+            _wait_for_port(gateway_port)
+            gateway_result = trio.run(
+                _measure, ca, f"https://127.0.0.1:{gateway_port}", args.calls,
+                args.parallel_seconds, lambda i: PATH.format(uid=UIDS[i % len(UIDS)]),
+            )  # fmt: skip
+            baseline_result = trio.run(
+                _measure, ca, f"https://127.0.0.1:{echo_port}", args.calls,
+                args.parallel_seconds, lambda i: "/echo",
+            )  # fmt: skip
+        finally:
+            for child in children:
+                child.terminate()
+            for child in children:
+                child.wait(10)
+    report = {
+        "gateway": gateway_result,
+        "baseline_https_echo": baseline_result,
+        "p50_ratio": gateway_result["p50_ms"] / baseline_result["p50_ms"],
+        "targets": {"p50_ms": 3.0, "p99_ms": 10.0, "parallel8_per_second": 500},
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for name, result in (("gateway", gateway_result), ("bare HTTPS echo", baseline_result)):
+        print(
+            f"{name:>16}: p50 {result['p50_ms']:.2f} ms  p99 {result['p99_ms']:.2f} ms  "
+            f"{result['per_second']:.0f} req/s sequential  "
+            f"{result['parallel8_per_second']:.0f} req/s with 8 Runs in parallel"
+        )
+    print(f"p50 ratio gateway / bare HTTPS echo: {report['p50_ratio']:.2f}x")
+    print("targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s across 8 Runs")
+
+
+def _wait_for_port(port: int, seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {seconds} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Source preparation (inline, inlinePath, git checkout from a local bare repo) and outputs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from krt.api.errors import OutputsError
+from krt.api.run import Source
+from runtimed.sources import PreparationError, Workspace, prepare_source, read_outputs
+
+
+def git(*args: str, cwd: Path) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "HOME": str(cwd),
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def bare_repo(tmp_path: Path) -> tuple[str, str, str]:
+    """A bare repository with two commits; returns (url, first sha, second sha)."""
+    work = tmp_path / "src"
+    work.mkdir()
+    git("init", "-q", "-b", "main", ".", cwd=work)
+    (work / "main.sh").write_text("echo v1\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "v1", cwd=work)
+    first = git("rev-parse", "HEAD", cwd=work)
+    (work / "main.sh").write_text("echo v2\n")
+    (work / "lib").mkdir()
+    (work / "lib" / "x.py").write_text("X = 2\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "v2", cwd=work)
+    second = git("rev-parse", "HEAD", cwd=work)
+    bare = tmp_path / "repo.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    return str(bare), first, second
+
+
+def files(tmp_path: Path, uid: str = "u1"):  # type: ignore[no-untyped-def]
+    return Workspace(root=tmp_path / "ws").files(uid)
+
+
+async def test_inline_source_goes_to_script_by_default(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    await prepare_source(Source(inline="echo hi\n"), f)
+    assert (f.work / "script").read_text() == "echo hi\n"
+
+
+async def test_inline_path_may_be_nested(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    await prepare_source(Source(inline="print(1)\n", inline_path="pkg/main.py"), f)
+    assert (f.work / "pkg" / "main.py").read_text() == "print(1)\n"
+
+
+@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "a/../../x"])
+async def test_inline_path_cannot_escape_and_leaves_nothing(tmp_path: Path, path: str) -> None:
+    f = files(tmp_path)
+    with pytest.raises(PreparationError, match="inlinePath"):
+        await prepare_source(Source(inline="x", inline_path=path), f)
+    assert not f.root.exists()
+
+
+async def test_each_preparation_starts_from_an_empty_directory(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    await prepare_source(Source(inline="a"), f)
+    (f.work / "leftover").write_text("from attempt 1")
+    f.outputs.write_text("k=v\n")
+    await prepare_source(Source(inline="b"), f)
+    assert sorted(p.name for p in f.work.iterdir()) == ["script"]
+    assert not f.outputs.exists()
+
+
+async def test_no_source_gives_an_empty_working_directory(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    await prepare_source(None, f)
+    assert f.work.is_dir() and not any(f.work.iterdir())
+
+
+async def test_git_checkout_of_an_exact_commit(tmp_path: Path, bare_repo: tuple[str, str, str]) -> None:
+    url, first, second = bare_repo
+    f = files(tmp_path)
+    await prepare_source(Source(repo_url=url, commit_sha=first), f)
+    assert (f.work / "main.sh").read_text() == "echo v1\n"
+    assert not (f.work / "lib").exists()
+    f2 = files(tmp_path, "u2")
+    await prepare_source(Source(repo_url=f"file://{url}", commit_sha=second), f2)
+    assert (f2.work / "lib" / "x.py").read_text() == "X = 2\n"
+
+
+async def test_git_checkout_plus_inline_file(tmp_path: Path, bare_repo: tuple[str, str, str]) -> None:
+    url, first, _ = bare_repo
+    f = files(tmp_path)
+    await prepare_source(Source(repo_url=url, commit_sha=first, inline="extra", inline_path="x.txt"), f)
+    assert (f.work / "main.sh").exists() and (f.work / "x.txt").read_text() == "extra"
+
+
+async def test_unknown_commit_fails_with_gits_message_and_no_partial_checkout(
+    tmp_path: Path, bare_repo: tuple[str, str, str]
+) -> None:
+    url, _, _ = bare_repo
+    f = files(tmp_path)
+    with pytest.raises(PreparationError, match=r"git .* failed \(exit code \d+\)"):
+        await prepare_source(Source(repo_url=url, commit_sha="0" * 40), f)
+    assert not f.root.exists()
+
+
+async def test_unreachable_repository_fails(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    with pytest.raises(PreparationError, match="git fetch failed"):
+        await prepare_source(Source(repo_url=str(tmp_path / "nope.git"), commit_sha="a" * 40), f)
+
+
+async def test_missing_git_binary_is_a_preparation_error(tmp_path: Path) -> None:
+    with pytest.raises(PreparationError, match="cannot run"):
+        await prepare_source(
+            Source(repo_url="x", commit_sha="a" * 40), files(tmp_path), git="/nonexistent/git"
+        )
+
+
+async def test_repo_url_without_commit_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(PreparationError, match="set together"):
+        await prepare_source(Source(repo_url="x"), files(tmp_path))
+
+
+async def test_outputs_absent_file_means_none(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    await prepare_source(None, f)
+    assert await read_outputs(f) == {}
+
+
+async def test_outputs_read_and_validated(tmp_path: Path) -> None:
+    f = files(tmp_path)
+    await prepare_source(None, f)
+    f.outputs.write_text("a=1\nb=2\na=3\n")
+    assert await read_outputs(f) == {"b": "2", "a": "3"}
+    f.outputs.write_text("".join(f"k{i}=v\n" for i in range(65)))
+    with pytest.raises(OutputsError, match="64"):
+        await read_outputs(f)
+
+
+def test_workspace_translates_paths_for_the_server(tmp_path: Path) -> None:
+    ws = Workspace(root=tmp_path / "mine", server_root=Path("/workspace"))
+    f = ws.files("abc")
+    assert ws.for_server(f.work) == "/workspace/runs/abc/work"
+    assert Workspace(root=tmp_path).for_server(tmp_path / "x") == str(tmp_path / "x")
+    with pytest.raises(ValueError, match="directory name"):
+        ws.files("../x")
