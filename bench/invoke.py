@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,12 @@ def _child(
     return process, int(line)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (seconds), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -184,7 +190,12 @@ async def _parallel(
 
 
 async def _measure(
-    ca: trustme.CA, base: str, calls: int, seconds: float, path: Callable[[int], str]
+    ca: trustme.CA,
+    base: str,
+    calls: int,
+    seconds: float,
+    path: Callable[[int], str],
+    pids: dict[str, int],
 ) -> dict[str, float]:
     import ssl
 
@@ -195,7 +206,12 @@ async def _measure(
         return httpx.AsyncClient(verify=context, timeout=30)
 
     async with make_client() as client:
+        before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
         result = await _sequential(client, lambda i: base + path(i), calls)
+        for name, pid in pids.items():
+            result[f"{name}_cpu_ms_per_request"] = (
+                (_cpu_seconds(pid) - before[name]) * 1000 / (calls + 50)
+            )
     result["parallel8_per_second"] = await _parallel(make_client, lambda i: base + path(i), seconds)
     return result
 
@@ -240,10 +256,11 @@ def main() -> None:
             gateway_result = trio.run(
                 _measure, ca, f"https://127.0.0.1:{gateway_port}", args.calls,
                 args.parallel_seconds, lambda i: PATH.format(uid=UIDS[i % len(UIDS)]),
+                {"gateway": gateway.pid, "fake_runtime": fake.pid},
             )  # fmt: skip
             baseline_result = trio.run(
                 _measure, ca, f"https://127.0.0.1:{echo_port}", args.calls,
-                args.parallel_seconds, lambda i: "/echo",
+                args.parallel_seconds, lambda i: "/echo", {"echo": echo.pid},
             )  # fmt: skip
         finally:
             for child in children:
@@ -265,6 +282,12 @@ def main() -> None:
             f"{result['per_second']:.0f} req/s sequential  "
             f"{result['parallel8_per_second']:.0f} req/s with 8 Runs in parallel"
         )
+        cpu = ", ".join(
+            f"{key.removesuffix('_cpu_ms_per_request')} {value:.2f}"
+            for key, value in result.items()
+            if key.endswith("_cpu_ms_per_request")
+        )
+        print(f"{'':>16}  server CPU ms per request: {cpu}")
     print(f"p50 ratio gateway / bare HTTPS echo: {report['p50_ratio']:.2f}x")
     print("targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s across 8 Runs")
 

@@ -104,6 +104,13 @@ async def bench(runs: int, pods: int, runs_per_pod: int) -> None:
                 )
                 print(f"binds/s: {len(bound) / span:.1f} ({len(bound)} binds in {span:.2f} s)")
                 print(f"bind conflicts: {plane.metrics.bind_conflicts._value.get():.0f}")  # noqa: SLF001
+                unschedulable = {
+                    sample.labels["reason"]: int(sample.value)
+                    for metric in plane.metrics.unschedulable.collect()
+                    for sample in metric.samples
+                    if sample.name.endswith("_total")
+                }
+                print(f"decisions to stay Pending, by reason: {unschedulable or 'none'}")
             await kube.aclose()
             nursery.cancel_scope.cancel()
 

@@ -38,6 +38,7 @@ from purerpc.grpclib.events import (
     WindowUpdated,
 )
 from purerpc.grpclib.exceptions import ProtocolError
+from purerpc.grpclib.exceptions import StreamClosedError as PurerpcStreamClosedError
 
 log = logging.getLogger("gateway.grpc")
 
@@ -210,6 +211,14 @@ class GrpcConnection:
     def _flush(self) -> None:
         self._wake.set()
 
+    def _reset_quietly(self, stream_id: int) -> None:
+        """Send ``RST_STREAM(CANCEL)`` unless the stream is already closed."""
+        try:
+            self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        except h2.exceptions.H2Error:
+            return
+        self._flush()
+
     async def _writer(self) -> None:
         while True:
             data = self._h2.data_to_send()
@@ -265,21 +274,31 @@ class GrpcConnection:
         elif isinstance(event, ResponseReceived):
             pass
 
-    async def _send_body(self, stream_id: int, call: _Call, payload: bytes) -> None:
+    async def _send_body(self, stream_id: int, call: _Call, payload: bytes) -> bool:
+        """Send the request message and end the request, respecting flow control.
+
+        Returns:
+            ``True`` once the request is complete; ``False`` when the server answered or
+            reset the stream first (the rest is not sent; the caller resets the stream).
+        """
         buffer = MessageWriteBuffer(None, len(payload) + 5)
         buffer.write_message(payload, False)
-        while buffer:
-            window = self._h2.flow_control_window(stream_id)
-            if window <= 0:
-                call.window = trio.Event()
-                await call.window.wait()
+        try:
+            while buffer:
                 if call.done.is_set():
-                    return
-                continue
-            self._h2.send_data(stream_id, buffer.data_to_send(min(window, len(buffer))))
-            self._flush()
-        self._h2.end_request(stream_id)
+                    return False
+                window = self._h2.flow_control_window(stream_id)
+                if window <= 0:
+                    call.window = trio.Event()
+                    await call.window.wait()
+                    continue
+                self._h2.send_data(stream_id, buffer.data_to_send(min(window, len(buffer))))
+                self._flush()
+            self._h2.end_request(stream_id)
+        except (h2.exceptions.StreamClosedError, PurerpcStreamClosedError):
+            return False
         self._flush()
+        return True
 
     async def unary_call(
         self,
@@ -341,15 +360,12 @@ class GrpcConnection:
         self._calls[stream_id] = call
         self._flush()
         try:
-            await self._send_body(stream_id, call, payload)
+            if not await self._send_body(stream_id, call, payload):
+                self._reset_quietly(stream_id)
             await call.done.wait()
         except BaseException:
             if not call.done.is_set() and not self._closed.is_set():
-                try:
-                    self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
-                except h2.exceptions.H2Error:
-                    pass
-                self._flush()
+                self._reset_quietly(stream_id)
             raise
         finally:
             del self._calls[stream_id]

@@ -5,12 +5,15 @@
   admin token and ServiceAccount JWTs) and authorizes requests with ``auth.rbac``. A
   ServiceAccount token stops working when its ServiceAccount, or the Pod or Secret it is
   bound to, is deleted (or recreated with another uid).
+* :meth:`Access.impersonate` applies ``Impersonate-*`` headers after checking the
+  ``impersonate`` permissions, as kube-apiserver does.
 * :func:`request_attributes` maps a request onto RBAC's ``RequestAttributes``.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +25,7 @@ from localkube.auth.types import Decision, RequestAttributes, UserInfo
 from localkube.errors import ApiError
 
 RBAC = "rbac.authorization.k8s.io"
+SA_PREFIX = "system:serviceaccount:"
 PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
 """Non-resource paths answered without credentials (``system:public-info-viewer``)."""
 
@@ -98,6 +102,88 @@ class Access:
         elif path in PUBLIC_PATHS:
             return UserInfo("system:anonymous", ("system:unauthenticated",))
         raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def impersonate(self, user: UserInfo, headers: list[tuple[bytes, bytes]]) -> UserInfo:
+        """Apply ``Impersonate-*`` headers (``kubectl --as``/``--as-group``), if any.
+
+        The caller needs the ``impersonate`` verb on ``users`` (or ``serviceaccounts`` in
+        the account's namespace), on each ``groups``, on ``uids`` and on
+        ``userextras/<key>`` (``authentication.k8s.io``), as kube-apiserver checks.
+
+        Args:
+            user: the authenticated caller. headers: the raw request headers.
+
+        Returns:
+            The impersonated user (with ``system:authenticated`` added), or ``user``
+            unchanged when no impersonation header is present.
+
+        Raises:
+            ApiError: 403 when the caller may not impersonate; 400 for groups, uid or
+                extras without a user.
+        """
+        name = ""
+        groups: list[str] = []
+        uid = ""
+        extra: dict[str, list[str]] = {}
+        for raw_key, raw_value in headers:
+            key = raw_key.decode("latin-1").lower()
+            value = raw_value.decode("latin-1")
+            if key == "impersonate-user":
+                name = value
+            elif key == "impersonate-group":
+                groups.append(value)
+            elif key == "impersonate-uid":
+                uid = value
+            elif key.startswith("impersonate-extra-"):
+                extra_key = urllib.parse.unquote(key.removeprefix("impersonate-extra-"))
+                extra.setdefault(extra_key, []).append(value)
+        if not name:
+            if groups or uid or extra:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "requested impersonation of groups, uid or extras without impersonating a user",
+                )
+            return user
+        checks: list[RequestAttributes] = []
+        if name.startswith(SA_PREFIX) and name.count(":") == 3:
+            sa_namespace, sa_name = name.removeprefix(SA_PREFIX).split(":")
+            checks.append(
+                RequestAttributes(
+                    verb="impersonate",
+                    resource="serviceaccounts",
+                    namespace=sa_namespace,
+                    name=sa_name,
+                )
+            )
+            implied = ["system:serviceaccounts", f"system:serviceaccounts:{sa_namespace}"]
+        else:
+            checks.append(RequestAttributes(verb="impersonate", resource="users", name=name))
+            implied = []
+        checks += [RequestAttributes(verb="impersonate", resource="groups", name=g) for g in groups]
+        if uid:
+            checks.append(
+                RequestAttributes(
+                    verb="impersonate", api_group="authentication.k8s.io", resource="uids", name=uid
+                )
+            )
+        for extra_key, values in extra.items():
+            checks += [
+                RequestAttributes(
+                    verb="impersonate",
+                    api_group="authentication.k8s.io",
+                    resource="userextras",
+                    subresource=extra_key,
+                    name=v,
+                )
+                for v in values
+            ]
+        for attrs in checks:
+            self.require(user, attrs)
+        all_groups = list(dict.fromkeys([*(groups or implied), "system:authenticated"]))
+        if name == "system:anonymous":
+            all_groups = groups or ["system:unauthenticated"]
+        return UserInfo(name, tuple(all_groups), uid, extra)
 
     def authorize(self, user: UserInfo, attrs: RequestAttributes) -> Decision:
         """Evaluate RBAC for ``attrs`` (``system:masters`` may do anything)."""

@@ -8,7 +8,9 @@
   it does not support rejects the CRD with 422 naming the construct, rather than serving
   an unvalidated kind. Its ``status`` (conditions Established/NamesAccepted, acceptedNames,
   storedVersions) is set here, and its kinds are served from the moment it is stored.
-* Pods, Deployments and ReplicaSets get the checks of :mod:`localkube.validation`.
+* Pods, Deployments, ReplicaSets, Services and Secrets get the defaults of
+  :mod:`localkube.defaults`; Pods, Deployments and ReplicaSets the checks of
+  :mod:`localkube.validation`.
 * A custom object is validated, defaulted and pruned by its version's validator (transition
   rules get the old object on update); errors answer 422 with field paths.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from localkube import objects, storage
+from localkube.defaults import DEFAULTERS
 from localkube.errors import ApiError, FieldError, invalid
 from localkube.resources import CRDError, ResourceRegistry, ResourceType
 from localkube.validation import VALIDATORS
@@ -251,6 +254,9 @@ class Admission:
             return obj
         if rt.crd_name:
             return self._admit_custom(rt, obj, old, strict=strict)
+        defaulter = DEFAULTERS.get(rt.storage_key)
+        if defaulter is not None:
+            defaulter(obj, creating=old is None)
         validator = VALIDATORS.get(rt.storage_key)
         if validator is not None:
             errors = validator(obj, old)

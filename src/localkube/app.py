@@ -1,11 +1,14 @@
 """The ASGI application: Kubernetes REST paths onto handlers, JSON in, JSON (or Table) out.
 
 Served by hypercorn on trio (see :mod:`localkube.apiserver`). Per request: authenticate
-the bearer token (401), route the path (404 for unknown paths or kinds), read the body
-(413 over :data:`MAX_BODY_BYTES`, 400 for bad JSON), authorize with RBAC (403), call the
-verb and answer a JSON object or a ``Status``. Watches stream chunked lines until they end
-or the client disconnects. Every failure is an :class:`~localkube.errors.ApiError`
-answered as a ``Status``; anything else is logged and answered 500.
+the bearer token (401) and apply ``Impersonate-*`` headers, route the path (404 for
+unknown paths or kinds, 405 for a verb the kind or subresource does not serve), authorize
+with RBAC (403), read the body (413 over :data:`MAX_BODY_BYTES`; JSON, or the protobuf
+bodies of :mod:`localkube.protobuf_bodies`; 400 for bad JSON, 415 for other media types),
+call the verb and answer JSON (a ``meta.k8s.io/v1 Table`` when asked) or a ``Status``.
+Watches stream chunked lines until they end or the client disconnects. Every failure is
+an :class:`~localkube.errors.ApiError` answered as a ``Status``; anything else is logged
+and answered 500.
 """
 
 from __future__ import annotations
@@ -159,6 +162,8 @@ class ApiApp:
         headers = {k.decode().lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
             user = self.ctx.access.authenticate(headers.get("authorization"), path)
+            if any(k.startswith("impersonate-") for k in headers):
+                user = self.ctx.access.impersonate(user, scope.get("headers", []))
             await self._dispatch(scope, receive, send, method, path, query, headers, user)
         except ApiError as exc:
             await self._respond(send, exc.code, exc.status())

@@ -13,6 +13,7 @@ import click
 import trio
 
 from localkube.apiserver import ApiServerConfig, ApiServerHandle, serve_apiserver
+from localkube.storage import StoreError
 
 
 @click.group(context_settings={"auto_envvar_prefix": "LOCALKUBE"})
@@ -57,6 +58,8 @@ def apiserver(state_dir: Path, host: str, port: int) -> None:
     config = ApiServerConfig(state_dir=state_dir.resolve(), host=host, port=port)
     try:
         trio.run(_run_until_signal, config)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from exc
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc}") from exc
 

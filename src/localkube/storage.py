@@ -26,7 +26,9 @@ than through a worker thread.
 from __future__ import annotations
 
 import builtins
+import fcntl
 import json
+import os
 import sqlite3
 from collections import deque
 from collections.abc import Iterator
@@ -150,21 +152,37 @@ class MemoryBackend:
 class SqliteBackend:
     """SQLite storage in one file, WAL mode, ``synchronous=NORMAL``.
 
+    One server at a time: an exclusive ``flock`` on ``<path>.lock`` is held while open.
+
     Args:
         path: the database file (created with its tables if missing).
+
+    Raises:
+        StoreError: another process holds the database.
+        sqlite3.Error: the file is not a usable database.
     """
 
     def __init__(self, path: Path) -> None:
-        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS objects (rkey TEXT NOT NULL, namespace TEXT NOT NULL,"
-            " name TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (rkey, namespace, name))"
-        )
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
-        )
+        self._lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise StoreError(f"{path} is in use by another localkube process") from None
+        try:
+            self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS objects (rkey TEXT NOT NULL, namespace TEXT NOT NULL,"
+                " name TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (rkey, namespace, name))"
+            )
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+            )
+        except sqlite3.Error:
+            os.close(self._lock)
+            raise
 
     def load(self) -> tuple[int, list[tuple[ObjectKey, dict[str, Any]]]]:
         """Return the stored revision and objects."""
@@ -212,8 +230,9 @@ class SqliteBackend:
             raise StoreError(f"storage write failed: {exc}") from exc
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database and release the lock."""
         self._conn.close()
+        os.close(self._lock)
 
 
 @dataclass

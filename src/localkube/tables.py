@@ -8,11 +8,14 @@ ages the way kube-apiserver's ``HumanDuration`` does (``45s``, ``3m``, ``2d5h``)
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import UTC, datetime
 from typing import Any
 
 from localkube.resources import PrinterColumn, ResourceType
+
+log = logging.getLogger("localkube.tables")
 
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
@@ -164,7 +167,11 @@ def _extra_cells(storage_key: str, obj: dict[str, Any]) -> list[Any]:
         from localkube.controllers.columns import extra_cells
     except ImportError:  # pragma: no cover
         return []
-    return list(extra_cells(storage_key, obj))
+    try:
+        return list(extra_cells(storage_key, obj))
+    except Exception:  # a malformed object must not break a listing or a watch
+        log.warning("cannot print columns of a %s object", storage_key, exc_info=True)
+        return ["<unknown>"] * len(_extras(storage_key))
 
 
 def _after_age(storage_key: str, name: str, priority: int) -> bool:

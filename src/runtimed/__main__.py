@@ -113,10 +113,10 @@ async def _run_until_signal(config: DaemonConfig) -> None:
 @click.option(
     "--rleg-period",
     envvar="RUNTIMED_RLEG_PERIOD",
-    default=0.05,
+    default=0.2,
     show_default=True,
-    type=click.FloatRange(min=0.001),
-    help="Seconds between Runtime Server List polls while executions run.",
+    type=click.FloatRange(min=0.01),
+    help="Longest seconds between Runtime Server List polls while executions run.",
 )
 @click.option(
     "--log-level",

@@ -170,7 +170,30 @@ async def _checkout(git: str, work: Path, repo_url: str, commit_sha: str) -> Non
 
 def _reset_dir(files: RunFiles) -> None:
     shutil.rmtree(files.root, ignore_errors=True)
-    files.work.mkdir(parents=True)
+    try:
+        files.work.mkdir(parents=True)
+    except OSError as exc:
+        raise PreparationError(f"cannot create working directory {files.work}: {exc}") from None
+
+
+def _write_inline(files: RunFiles, source: Source) -> None:
+    assert source.inline is not None
+    target = _inline_target(files.work, source.effective_inline_path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source.inline, encoding="utf-8")
+    except OSError as exc:
+        raise PreparationError(
+            f"cannot write inline source to {source.effective_inline_path!r}: {exc}"
+        ) from None
+
+
+def _prepare_local(files: RunFiles, source: Source | None, *, reset: bool) -> None:
+    """The file-system steps, in one worker thread (one hop per preparation)."""
+    if reset:
+        _reset_dir(files)
+    if source is not None and source.inline is not None:
+        _write_inline(files, source)
 
 
 async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "git") -> None:
@@ -192,27 +215,16 @@ async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "
             no partial checkout stays behind.
     """
     try:
-        await trio.to_thread.run_sync(_reset_dir, files)
-    except OSError as exc:
-        raise PreparationError(f"cannot create working directory {files.work}: {exc}") from None
-    try:
-        if source is None:
-            return
-        if (source.repo_url is None) != (source.commit_sha is None):
+        if source is not None and (source.repo_url is None) != (source.commit_sha is None):
             raise PreparationError(
                 "spec.source.repoURL and spec.source.commitSHA must be set together"
             )
-        if source.repo_url is not None and source.commit_sha is not None:
-            await _checkout(git, files.work, source.repo_url, source.commit_sha)
-        if source.inline is not None:
-            target = _inline_target(files.work, source.effective_inline_path)
-            try:
-                await trio.Path(target.parent).mkdir(parents=True, exist_ok=True)
-                await trio.Path(target).write_text(source.inline, encoding="utf-8")
-            except OSError as exc:
-                raise PreparationError(
-                    f"cannot write inline source to {source.effective_inline_path!r}: {exc}"
-                ) from None
+        if source is None or source.repo_url is None or source.commit_sha is None:
+            await trio.to_thread.run_sync(lambda: _prepare_local(files, source, reset=True))
+            return
+        await trio.to_thread.run_sync(_reset_dir, files)
+        await _checkout(git, files.work, source.repo_url, source.commit_sha)
+        await trio.to_thread.run_sync(lambda: _prepare_local(files, source, reset=False))
     except BaseException:
         with trio.CancelScope(shield=True):
             await remove_run_files(files)

@@ -95,9 +95,6 @@ task_log = logging.getLogger("runtimed.task")
 
 #: Upper bound on actions in one reconciliation (a safety net; real chains are 3-4 long).
 MAX_STEPS: Final = 8
-#: When the cache has not caught up with our own write, look again after this many seconds
-#: (the watch event normally arrives first and enqueues the Run at once).
-STALE_RECHECK_SECONDS: Final = 2.0
 #: Lines of one stream of task output logged per attempt (the rest is summarised).
 MAX_LOGGED_LINES: Final = 10_000
 
@@ -134,7 +131,8 @@ class TaskTimings:
         rpc: one Status/Cancel/Forget/List call.
         execute: one Execute call (the start worker).
         prepare: one source preparation (git checkout included).
-        rleg_period: RLEG ``List`` period while executions are observed.
+        rleg_period: longest RLEG ``List`` period while executions are observed.
+        rleg_min_period: shortest RLEG period (right after a start or a change).
         sweep_period: period of the orphan sweep.
         forget_wait: how long a worker waits for an execution it must forget to stop.
         server_timeout_slack: added to the remaining ``spec.timeout`` as the server's own
@@ -144,7 +142,8 @@ class TaskTimings:
     rpc: float = 5.0
     execute: float = 30.0
     prepare: float = 300.0
-    rleg_period: float = 0.05
+    rleg_period: float = 0.2
+    rleg_min_period: float = 0.02
     sweep_period: float = 10.0
     forget_wait: float = 30.0
     server_timeout_slack: float = 5.0
@@ -215,7 +214,8 @@ class TaskLifecycle:
         self._workers = workers
         self.queue: WorkQueue[str] = WorkQueue("runtimed-tasks", base_delay=0.1, max_delay=30.0)
         self._local: dict[str, LocalRun] = {}
-        self._stale_rv: dict[str, set[str]] = {}
+        #: Run UID -> (resourceVersions we wrote from, the object our last write returned).
+        self._written: dict[str, tuple[set[str], Obj]] = {}
         self._rleg_wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.metrics.track_local_runs(lambda: len(self._local))
@@ -231,7 +231,7 @@ class TaskLifecycle:
         obj = event.obj
         mine = self.pod.uid
         if event.type is EventType.DELETED:
-            self._stale_rv.pop(_uid(obj), None)
+            self._written.pop(_uid(obj), None)
         if (
             _assigned_uid(obj) == mine
             or _assigned_uid(event.old) == mine
@@ -301,7 +301,7 @@ class TaskLifecycle:
             ``Requeue(after)`` to be called again, or ``None`` to wait for an event.
         """
         namespace, _, name = key.partition("/")
-        obj = self._cache.get(namespace, name)
+        obj = self._current(self._cache.get(namespace, name))
         current_uid = _uid(obj) if obj is not None else ""
         wake: list[float] = []
         owned = (
@@ -324,10 +324,28 @@ class TaskLifecycle:
         if is_terminal(run.status.phase) and current_uid in self._local:
             after = await self._release(self._local[current_uid])
             return Requeue(after) if after is not None else None
-        if _rv(obj) in self._stale_rv.get(current_uid, ()):
-            return Requeue(STALE_RECHECK_SECONDS)
-        self._stale_rv.pop(current_uid, None)
         return await self._drive(obj, run)
+
+    def _current(self, cached: Obj | None) -> Obj | None:
+        """The cached Run, or the object our own last write returned when the cache lags it.
+
+        Every status write ends a reconciliation; the next one must not act on the version
+        the write replaced (it would claim twice, or restart a finished Run). Until the watch
+        delivers our write, the object the API server returned for it stands in for the
+        cache: it is exactly what the cache will hold, so the next reconciliation need not
+        wait for the watch. Once the cache shows any other version (ours, or a newer one
+        from another writer), the cache is used again.
+        """
+        if cached is None:
+            return None
+        written = self._written.get(_uid(cached))
+        if written is None:
+            return cached
+        stale, latest = written
+        if _rv(cached) in stale:
+            return latest
+        del self._written[_uid(cached)]
+        return cached
 
     async def _drive(self, obj: Obj, run: Run) -> Requeue | None:
         uid = run.metadata.uid
@@ -367,7 +385,8 @@ class TaskLifecycle:
     async def _observe(self, run: Run) -> ServerView:
         """Status of the Run's execution; on success also its outputs; logs finished output."""
         server = await self._status(run.metadata.uid)
-        if server.state.finished:
+        if server.state.finished and run.status.retry_after is None:
+            # (in backoff the server holds the previous attempt's execution, logged already)
             self._log_output(run, server)
         if server.state is ExecState.SUCCEEDED:
             files = self.workspace.files(run.metadata.uid)
@@ -428,8 +447,9 @@ class TaskLifecycle:
             local = self._local_for(run)
             local.view = LocalView(attempt=max(1, run.status.attempt))
             local.last_server_state = None
-            await self._write(obj, action.patch)
-            return None
+            if await self._write(obj, action.patch) is None:
+                return None
+            return Requeue(0.0)
         if isinstance(action, Release):  # pragma: no cover - decide_task never returns it
             await self._drop(uid)
             return None
@@ -447,7 +467,10 @@ class TaskLifecycle:
             return None
         except NotFound:
             return None
-        self._stale_rv.setdefault(_uid(obj), set()).add(_rv(obj))
+        uid = _uid(obj)
+        stale = self._written[uid][0] if uid in self._written else set()
+        stale.add(_rv(obj))
+        self._written[uid] = (stale, written)
         return written
 
     async def _claim(self, obj: Obj, run: Run, patch: StatusPatch) -> Requeue | None:
@@ -457,7 +480,9 @@ class TaskLifecycle:
         claimed = Run.from_dict(written)
         self._local_for(claimed)
         task_log.info("claimed", extra=self._fields(claimed))
-        return await self._prepare_or_fail(written, claimed)
+        outcome = await self._prepare_or_fail(written, claimed)
+        # the next reconciliation (on the written object, see _current) calls Status
+        return Requeue(0.0) if outcome is None else outcome
 
     async def _prepare_or_fail(self, obj: Obj, run: Run) -> Requeue | None:
         """Prepare the source; a failure is applied now (``PreparationFailed``)."""
@@ -585,7 +610,7 @@ class TaskLifecycle:
             local = self._local.get(uid)
             if local is not None:
                 local.last_server_state = None
-            return Requeue(decision.delay_seconds) if decision.delay_seconds > 0 else None
+            return Requeue(max(0.0, decision.delay_seconds))
         self.metrics.task_runs.labels(outcome="Failed").inc()
         task_log.info("task failed: %s", decision.patch.get("message"), extra=fields)
         if forget:
@@ -629,7 +654,14 @@ class TaskLifecycle:
         self._rleg_wakeup.set()
 
     async def _rleg_loop(self) -> None:
-        """Poll List while executions are observed; enqueue Runs whose execution changed."""
+        """Poll List while executions are observed; enqueue Runs whose execution changed.
+
+        The pace adapts: right after a start or a change it polls every
+        ``rleg_min_period`` seconds (a short task's end is seen within milliseconds), and
+        each quiet poll doubles the period up to ``rleg_period`` (long tasks cost little).
+        """
+        fastest, slowest = self.timings.rleg_min_period, self.timings.rleg_period
+        delay = fastest
         while True:
             self._rleg_wakeup = trio.Event()
             watched = [
@@ -640,6 +672,7 @@ class TaskLifecycle:
             ]
             if not watched:
                 await self._rleg_wakeup.wait()
+                delay = fastest
                 continue
             entries: dict[str, ServerView] | None = None
             with trio.move_on_after(self.timings.rpc):
@@ -650,13 +683,19 @@ class TaskLifecycle:
             if entries is None:
                 await trio.sleep(UNREACHABLE_RETRY_SECONDS)
                 continue
+            changed = False
             for local in watched:
                 view = entries.get(local.uid)
                 state = view.state if view is not None else ExecState.NOT_FOUND
                 if state is not local.last_server_state:
                     local.last_server_state = state
+                    changed = True
                     self.queue.add(local.key)
-            await trio.sleep(self.timings.rleg_period)
+            delay = fastest if changed else min(slowest, delay * 2)
+            with trio.move_on_after(delay):
+                await self._rleg_wakeup.wait()
+            if self._rleg_wakeup.is_set():
+                delay = fastest
 
     def _is_live_here(self, uid: str) -> bool:
         local = self._local.get(uid)
@@ -741,12 +780,18 @@ class TaskLifecycle:
 class KubeStatusWriter:
     """:class:`StatusWriter` over the API: ``write_status`` on the Runs resource.
 
+    At most ``concurrency`` writes are in flight: kr8s's httpx pool keeps 20 idle
+    connections, and more concurrent requests than that open (and TLS-handshake) a fresh
+    connection each time, which costs more than the short wait here.
+
     Args:
         kube: the client.
+        concurrency: parallel writes (>= 1).
     """
 
-    def __init__(self, kube: Any) -> None:
+    def __init__(self, kube: Any, *, concurrency: int = 12) -> None:
         self._kube = kube
+        self._limiter = trio.CapacityLimiter(concurrency)
 
     async def write_status(self, obj: Obj, status: Mapping[str, Any]) -> Obj:
         """PUT ``status`` conditional on ``obj``'s resourceVersion.
@@ -754,4 +799,5 @@ class KubeStatusWriter:
         Raises:
             Conflict, NotFound, KubeError: see :func:`krt.kube.status.write_status`.
         """
-        return await write_status(self._kube, RUNS, obj, status)
+        async with self._limiter:
+            return await write_status(self._kube, RUNS, obj, status)

@@ -54,7 +54,9 @@ class FakeKube:
         self.namespace = "default"
         self.objects: dict[Key, Obj] = {}
         self.version = 100
-        self._watchers: list[tuple[ResourceRef, str | None, str, trio.MemorySendChannel[tuple[str, Obj]]]] = []
+        self._watchers: list[
+            tuple[ResourceRef, str | None, str, trio.MemorySendChannel[tuple[str, Obj]]]
+        ] = []
         self._uids = 0
         #: (verb, plural, name) of every write, in order.
         self.writes: list[tuple[str, str, str]] = []
@@ -78,7 +80,11 @@ class FakeKube:
         else:
             self.objects[key] = obj
         for wref, wns, selector, send in list(self._watchers):
-            if wref == ref and (wns is None or wns == meta.get("namespace")) and _matches(obj, selector):
+            if (
+                wref == ref
+                and (wns is None or wns == meta.get("namespace"))
+                and _matches(obj, selector)
+            ):
                 send.send_nowait((event, copy.deepcopy(obj)))
         return copy.deepcopy(obj)
 

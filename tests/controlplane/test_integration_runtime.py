@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ssl
+
+import httpx
 import trio
 import trio.lowlevel
 
@@ -17,6 +20,7 @@ from krt.kube.resources import (
     SERVICEACCOUNTS,
     SERVICES,
 )
+from localkube.cluster import ClusterHandle
 
 from .harness import NS, HeartbeatDouble, create_runtime, running_controlplane, wait_for
 
@@ -73,3 +77,74 @@ async def test_runtime_becomes_ready_pool_and_deployment_comes_back(
 
         await wait_for(service_back, seconds=10)
         await trio.lowlevel.checkpoint()
+
+
+async def _can(client: httpx.AsyncClient, verb: str, group: str, resource: str) -> bool:
+    resource_name, _, subresource = resource.partition("/")
+    attributes = {"namespace": NS, "verb": verb, "group": group, "resource": resource_name}
+    if subresource:
+        attributes["subresource"] = subresource
+    answer = await client.post(
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        json={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        },
+    )
+    answer.raise_for_status()
+    return bool(answer.json()["status"].get("allowed"))
+
+
+async def test_runtimed_service_account_gets_least_privilege(
+    kube: Kube, cluster: ClusterHandle
+) -> None:
+    """The Role the controller creates works on a real RBAC authorizer, and grants no more."""
+    await create_runtime(kube, replicas=1, runs=2)
+    async with running_controlplane(kube):
+
+        async def bound() -> bool:
+            try:
+                await kube.get(ROLEBINDINGS, "runtime-python", NS)
+            except NotFound:
+                return False
+            return True
+
+        await wait_for(bound)
+    answer = await kube.request(
+        "POST",
+        SERVICEACCOUNTS,
+        namespace=NS,
+        name="runtime-python",
+        subresource="token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    token = answer["status"]["token"]
+    context = ssl.create_default_context(cadata=cluster.apiserver.ca_pem.decode())
+    async with httpx.AsyncClient(
+        base_url=cluster.apiserver.url,
+        verify=context,
+        headers={"Authorization": f"Bearer {token}"},
+    ) as client:
+        for verb, group, resource in [
+            ("list", "kruntimes.io", "runs"),
+            ("watch", "kruntimes.io", "runs"),
+            ("patch", "kruntimes.io", "runs"),
+            ("update", "kruntimes.io", "runs/status"),
+            ("watch", "", "pods"),
+            ("patch", "", "pods/status"),
+            ("watch", "discovery.k8s.io", "endpointslices"),
+            ("create", "coordination.k8s.io", "leases"),
+            ("update", "coordination.k8s.io", "leases"),
+            ("create", "", "events"),
+        ]:
+            assert await _can(client, verb, group, resource), (verb, group, resource)
+        for verb, group, resource in [
+            ("create", "kruntimes.io", "runs"),
+            ("delete", "kruntimes.io", "runs"),
+            ("get", "kruntimes.io", "runtimes"),
+            ("delete", "", "pods"),
+            ("get", "", "secrets"),
+            ("delete", "coordination.k8s.io", "leases"),
+        ]:
+            assert not await _can(client, verb, group, resource), (verb, group, resource)

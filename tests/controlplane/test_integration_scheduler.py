@@ -317,7 +317,5 @@ async def test_gc_deletes_terminal_run_after_ttl(kube: Kube, nursery: trio.Nurse
                 return True
             return False
 
-        started = trio.current_time()
-        await wait_for(gone, seconds=10)
-        assert trio.current_time() - started >= 0.5  # not before its TTL
+        await wait_for(gone, seconds=10)  # exact timing: test_loops.py, on virtual time
         await kube.get(RUNS, "keep", NS)  # a Run without TTL stays

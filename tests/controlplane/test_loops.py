@@ -18,10 +18,11 @@ import trio
 
 from krt.api.constants import RUNTIME_LABEL
 from krt.api.patches import apply_merge_patch
+from krt.api.times import format_time
 from krt.controlplane.app import ControlPlane, ControlPlaneConfig, serve_controlplane
 from krt.kube.client import Kube
-from krt.kube.clock import TrioLinkedClock, format_micro_time, format_time
-from krt.kube.resources import LEASES, PODS, RUNS, RUNTIMES, ResourceRef
+from krt.kube.clock import TrioLinkedClock, format_micro_time
+from krt.kube.resources import DEPLOYMENTS, LEASES, PODS, RUNS, RUNTIMES, ResourceRef
 
 from .builders import NOW, run_dict, runtime_dict
 from .fakekube import FakeKube
@@ -105,10 +106,13 @@ async def plane(
         nursery.cancel_scope.cancel()
 
 
-async def until(predicate: Any, *, seconds: float = 5.0) -> None:
+async def until(predicate: Any, *, seconds: float = 5.0, period: float = 0.001) -> None:
+    """Poll ``predicate()`` every ``period`` (virtual) seconds; fail after ``seconds``."""
     with trio.fail_after(seconds):
-        while not predicate():
-            await trio.sleep(0.001)
+        while True:
+            if predicate():
+                return
+            await trio.sleep(period)
 
 
 async def test_lost_bind_race_never_binds_twice(
@@ -217,8 +221,10 @@ async def test_pod_loss_requeues_then_rebinds_with_attempt_two(
         lost = stored["status"]["assignedPod"]
         await fake.delete(PODS, lost, NS)
         await until(
-            lambda: phase(fake, "r1") == "Scheduled"
-            and (fake.peek(RUNS, NS, "r1") or {})["status"]["assignedPod"] != lost
+            lambda: (
+                phase(fake, "r1") == "Scheduled"
+                and (fake.peek(RUNS, NS, "r1") or {})["status"]["assignedPod"] != lost
+            )
         )
         rebound = fake.peek(RUNS, NS, "r1")
         assert rebound is not None
@@ -240,10 +246,9 @@ async def test_runtime_ready_replicas_drop_when_heartbeat_lapses_without_events(
 
         await until(lambda: ready_replicas() == 1)
         start = trio.current_time()
-        await until(lambda: ready_replicas() == 0, seconds=60)
+        await until(lambda: ready_replicas() == 0, seconds=60, period=0.05)
         assert 39 <= trio.current_time() - start <= 41  # at the Lease's expiry, not a resync
-        deployment = fake.peek(ResourceRef("apps", "v1", "deployments", True, "Deployment"), NS, "runtime-python")
-        assert deployment is not None
+        assert fake.peek(DEPLOYMENTS, NS, "runtime-python") is not None
 
 
 async def test_gc_deletes_exactly_after_ttl(
@@ -277,4 +282,27 @@ async def test_gc_deletes_exactly_after_ttl(
         await fake.patch(RUNS, "later", NS, {"spec": {"ttlSecondsAfterFinished": 100}})
         await trio.sleep(50)
         assert fake.peek(RUNS, NS, "later") is not None
-        await until(lambda: fake.peek(RUNS, NS, "later") is None, seconds=60)
+        await until(lambda: fake.peek(RUNS, NS, "later") is None, seconds=60, period=0.05)
+
+
+async def test_heartbeat_returning_wakes_pending_run_at_once(
+    fake: FakeKube, clock: TrioLinkedClock, autojump_clock: trio.abc.Clock
+) -> None:
+    await fake.create(RUNTIMES, runtime_dict(runs=1))
+    pod = await add_pod(fake, "p-a")
+    async with plane(fake, clock, resync_seconds=3600) as running:
+        await trio.sleep(41)  # runtimed stops beating: the heartbeat lapses
+        await add_run(fake, "r1")
+
+        def reason() -> str | None:
+            stored = fake.peek(RUNS, NS, "r1") or {}
+            conditions = (stored.get("status") or {}).get("conditions") or []
+            return conditions[0]["reason"] if conditions else None
+
+        await until(lambda: reason() == "NoReadyPod")
+        await trio.sleep(5)
+        back = trio.current_time()
+        await beat(fake, pod)  # runtimed is back
+        await until(lambda: phase(fake, "r1") == "Scheduled")
+        assert trio.current_time() - back < 0.1
+        assert running.scheduler.bound == 1

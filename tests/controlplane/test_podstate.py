@@ -10,6 +10,7 @@ import pytest
 from krt.controlplane.podstate import (
     heartbeat_expires_in,
     pod_is_ready,
+    pod_name_of_heartbeat_lease,
     pod_state,
     ready_endpoint_pod_uids,
 )
@@ -72,3 +73,9 @@ def test_heartbeat_expires_in() -> None:
     assert heartbeat_expires_in(None, "uid-p", NOW) is None
     stale = lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=41))
     assert heartbeat_expires_in(stale, "uid-p", NOW) is None
+
+
+def test_pod_name_of_heartbeat_lease() -> None:
+    assert pod_name_of_heartbeat_lease("runtimed-runtime-python-abc") == "runtime-python-abc"
+    assert pod_name_of_heartbeat_lease("krt-controlplane") is None
+    assert pod_name_of_heartbeat_lease("runtimed-") is None

@@ -364,7 +364,7 @@ _header_values = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     headers=st.lists(st.tuples(_header_names, _header_values), max_size=8),
     body=st.one_of(st.binary(max_size=200), st.sampled_from([b"{}", b"[1, 2]", b'"x"', b"nul"])),
@@ -384,3 +384,40 @@ async def test_fuzzed_headers_and_bodies_get_documented_answers(
         assert invoker.requests == []
     else:
         assert len(invoker.requests) == 1
+
+
+# --- mapping details ------------------------------------------------------------------------
+
+
+def test_retry_after_trailer_is_honoured_and_clamped() -> None:
+    from gateway.mapping import error_for_status, retry_after_seconds
+
+    assert retry_after_seconds([("x-kruntime-retry-after", "7")], 1) == 7
+    assert retry_after_seconds([("x-kruntime-retry-after", "0")], 1) == 1
+    assert retry_after_seconds([("x-kruntime-retry-after", "100000")], 1) == 300
+    assert retry_after_seconds([("x-kruntime-retry-after", "soon")], 2) == 2
+    assert retry_after_seconds([], 3) == 3
+    error = error_for_status(9, "recovering", [("x-kruntime-retry-after", "12")], retry_after=1)
+    assert (error.status, error.headers["retry-after"]) == (503, "12")
+    not_found = error_for_status(5, "gone", [("x-kruntime-retry-after", "12")])
+    assert "retry-after" not in not_found.headers
+
+
+def test_unknown_status_codes_and_handler_error_types() -> None:
+    from gateway.mapping import error_for_status
+
+    odd = error_for_status(99, "")
+    assert (odd.status, odd.reason, odd.details["grpcCode"]) == (500, "InternalError", "CODE_99")
+    handler = error_for_status(2, "pkg.mod.CustomError: it broke: badly")
+    assert handler.details["errorType"] == "pkg.mod.CustomError"
+    untyped = error_for_status(2, "it broke")
+    assert untyped.details["errorType"] == "UNKNOWN"
+    assert len(error_for_status(13, "x" * 10_000).message) == 2048
+
+
+def test_output_content_type_is_sanitized() -> None:
+    from gateway.mapping import output_content_type
+
+    assert output_content_type("") == "application/json"
+    assert output_content_type("text/plain") == "text/plain"
+    assert output_content_type("text/plain\r\nx-evil: 1") == "application/octet-stream"

@@ -179,3 +179,77 @@ async def test_a_peer_speaking_garbage_fails_the_call_not_the_process(garbage: b
         assert not conn.usable
         assert conn.close_reason
         nursery.cancel_scope.cancel()
+
+
+async def test_flow_control_with_default_server_windows() -> None:
+    """A server keeping HTTP/2's default 64 KiB windows (like grpcio) gets the body in steps."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    received = bytearray()
+
+    async def tiny_window_server(stream: trio.SocketStream) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        await stream.send_all(conn.data_to_send())
+        while data := await stream.receive_some(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    received.extend(event.data)
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    message = invoke_payload(b"ok")  # any message: length-prefixed below
+                    conn.send_headers(
+                        event.stream_id, [(":status", "200"), ("content-type", "application/grpc")]
+                    )
+                    conn.send_data(
+                        event.stream_id, b"\0" + len(message).to_bytes(4, "big") + message
+                    )
+                    conn.send_headers(event.stream_id, [("grpc-status", "0")], end_stream=True)
+            await stream.send_all(conn.data_to_send())
+
+    body = b"y" * 300_000
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, tiny_window_server, 0, host="127.0.0.1")
+        )
+        conn = await connect(listeners[0].socket.getsockname()[1], nursery)
+        raw = await conn.unary_call(SERVICE, "InvokeFunction", invoke_payload(body))
+        assert raw == invoke_payload(b"ok")
+        assert pb.InvokeFunctionRequest.FromString(bytes(received[5:])).input == body
+        nursery.cancel_scope.cancel()
+
+
+async def test_pool_never_retries_after_dispatch() -> None:
+    fake = FakeFunctionRuntime(behaviour=delay_then(3600))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_fake, fake)
+        resolver = StaticResolver({"runtime-py.ns.svc": Target("127.0.0.1", port)})
+        async with open_channel_pool(resolver) as pool:
+            key = PoolKey("ns", "py")
+
+            async def drop_connection_when_started() -> None:
+                await fake.started.wait()
+                (await pool.connection(key)).close()
+
+            nursery.start_soon(drop_connection_when_started)
+            with pytest.raises(ConnectionLostError) as excinfo:
+                await pool.unary_call(key, SERVICE, "InvokeFunction", invoke_payload())
+            assert excinfo.value.dispatched
+            assert len(fake.received) == 1  # not sent again on a new connection
+
+
+async def test_pool_replaces_a_dead_connection_before_dispatch() -> None:
+    fake = FakeFunctionRuntime()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_fake, fake)
+        resolver = StaticResolver({"runtime-py.ns.svc": Target("127.0.0.1", port)})
+        async with open_channel_pool(resolver) as pool:
+            key = PoolKey("ns", "py")
+            first = await pool.connection(key)
+            first._accepting = False  # e.g. GOAWAY seen: unusable for new calls
+            await pool.unary_call(key, SERVICE, "InvokeFunction", invoke_payload())
+            assert len(fake.received) == 1
+            assert await pool.connection(key) is not first
+        nursery.cancel_scope.cancel()

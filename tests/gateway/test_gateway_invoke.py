@@ -108,14 +108,18 @@ async def test_unreachable_runtime_service_is_503_with_retry_after(
         assert stack.metric("krt_gateway_upstream_connects_total", {"result": "error"}) == 1
 
 
-async def test_other_runtime_without_a_service_is_503(gateway_stack: StackFactory) -> None:
-    from gateway.targets import StaticResolver, Target
+async def test_a_name_that_does_not_resolve_is_503(gateway_stack: StackFactory) -> None:
+    from gateway.targets import Target
 
-    # a name that resolves nowhere: the resolver maps it to an unroutable test address
-    resolver = StaticResolver({"runtime-python.demo.svc": Target("invalid.invalid", 9090)})
-    async with gateway_stack(resolver=resolver, connect_timeout_seconds=5) as stack:
+    class Unresolvable:
+        async def resolve(self, namespace: str, runtime: str) -> Target:
+            raise OSError(f"no address for runtime-{runtime}.{namespace}.svc")
+
+    async with gateway_stack(resolver=Unresolvable()) as stack:
         response = await stack.invoke()
         assert response.status_code == 503
+        assert "no address for runtime-python.demo.svc" in error_body(response)["message"]
+        assert stack.fake.received == []
 
 
 async def test_client_timeout_header_reaches_runtimed(gateway_stack: StackFactory) -> None:
@@ -189,6 +193,7 @@ async def test_client_disconnect_cancels_the_grpc_call(gateway_stack: StackFacto
 
             async def cancel_when_started(scope: trio.CancelScope) -> None:
                 await stack.fake.started.wait()
+                assert stack.metric("krt_gateway_invocations_in_flight") == 1
                 scope.cancel()
 
             nursery.start_soon(invoke_then_hang_up)
@@ -334,3 +339,14 @@ async def test_graceful_shutdown_lets_the_invocation_in_flight_finish(
         async with httpx.AsyncClient(verify=stack.tls.client_context()) as fresh:
             with pytest.raises(httpx.ConnectError):
                 await fresh.post(stack.url)
+
+
+async def test_outputs_at_their_bounds_fit_in_the_header(gateway_stack: StackFactory) -> None:
+    # 16 KiB in total, all control characters: the worst case for the JSON escaping
+    outputs = {f"k{i:02d}": "\x01" * (256 - 3) for i in range(64)}
+    async with gateway_stack() as stack:
+        stack.fake.behaviour = respond(output=b"{}", outputs=outputs)
+        response = await stack.invoke()
+        assert response.status_code == 200
+        assert json.loads(response.headers["x-kruntime-outputs"]) == outputs
+        assert len(response.headers["x-kruntime-outputs"]) > 90_000

@@ -20,7 +20,7 @@ import trio
 
 from krt.kube.client import Kube, connect
 from krt.kube.errors import NotFound
-from krt.kube.resources import ResourceRef
+from krt.kube.resources import SERVICEACCOUNTS, ResourceRef
 from localkube.apiserver import ApiServerConfig, ApiServerHandle, running_apiserver
 
 CRDS = ResourceRef(
@@ -109,6 +109,20 @@ async def install_widgets(kube: Kube) -> ResourceRef:
 async def widgets(kube: Kube) -> ResourceRef:
     """The Widget CRD, installed and served."""
     return await install_widgets(kube)
+
+
+async def service_account_token(kube: Kube, name: str, namespace: str = "default") -> str:
+    """Create ServiceAccount ``name`` and return a bearer token for it (TokenRequest)."""
+    await kube.create(SERVICEACCOUNTS, {"metadata": {"name": name, "namespace": namespace}})
+    answer = await kube.request(
+        "POST",
+        SERVICEACCOUNTS,
+        namespace=namespace,
+        name=name,
+        subresource="token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    return str(answer["status"]["token"])
 
 
 async def eventually(predicate: Callable[[], bool], *, seconds: float = 5.0) -> None:

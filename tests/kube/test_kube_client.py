@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import WIDGETS, widget
+from conftest import WIDGETS, service_account_token, widget
 
 from krt.kube import errors
 from krt.kube.client import ConfigError, Kube, connect
@@ -82,36 +82,13 @@ async def test_forbidden_and_unauthorized(apiserver: ApiServerHandle, tmp_path: 
     assert info.value.code == 401
 
 
-async def test_forbidden_without_retries(
-    kube: Kube, apiserver: ApiServerHandle, tmp_path: Path
-) -> None:
-    sa = await kube.create(
-        ResourceRef("", "v1", "serviceaccounts", True, "ServiceAccount"),
-        {"metadata": {"name": "nobody", "namespace": "default"}},
-    )
-    del sa
-    token_request = await kube.request(
-        "POST",
-        ResourceRef("", "v1", "serviceaccounts", True, "ServiceAccount"),
-        namespace="default",
-        name="nobody",
-        subresource="token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    text = apiserver.kubeconfig_path.read_text().replace(
-        apiserver.admin_token, token_request["status"]["token"]
-    )
-    config = tmp_path / "kubeconfig"
-    config.write_text(text)
-    nobody = await connect(kubeconfig=config)
-    try:
-        before = nobody.requests
-        with pytest.raises(errors.Forbidden) as info:
-            await nobody.get(PODS, "x", "default")
-        assert info.value.code == 403
-        assert nobody.requests == before + 1  # 403 is final: no re-authentication loop
-    finally:
-        await nobody.aclose()
+async def test_forbidden_without_retries(kube: Kube) -> None:
+    nobody = kube.with_token(await service_account_token(kube, "nobody"))
+    before = kube.requests + nobody.requests
+    with pytest.raises(errors.Forbidden) as info:
+        await nobody.get(PODS, "x", "default")
+    assert info.value.code == 403
+    assert kube.requests + nobody.requests == before + 1  # 403 is final: no re-auth loop
 
 
 async def test_list_pages_and_selectors(kube: Kube) -> None:

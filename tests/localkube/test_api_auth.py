@@ -274,3 +274,29 @@ async def test_pod_bound_token_dies_with_its_pod(
         assert (await client.get("/api")).status_code == 200
         await admin_http.delete("/api/v1/namespaces/default/pods/p")
         assert (await client.get("/api")).status_code == 401
+
+
+async def test_impersonation(admin_http: httpx.AsyncClient, apiserver: ApiServerHandle) -> None:
+    token, _ = await _service_account_token(admin_http)
+    as_bot = {"Impersonate-User": "system:serviceaccount:team:bot"}
+    r = await admin_http.get("/api/v1/namespaces/team/pods", headers=as_bot)
+    assert r.status_code == 403
+    assert 'User "system:serviceaccount:team:bot" cannot list' in r.json()["message"]
+    whoami = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    r = await admin_http.post(
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        json=whoami,
+        headers={"Impersonate-User": "alice", "Impersonate-Group": "devs"},
+    )
+    info = r.json()["status"]["userInfo"]
+    assert info["username"] == "alice"
+    assert info["groups"] == ["devs", "system:authenticated"]
+    async with client_for(apiserver, token=token) as bot:
+        r = await bot.get("/api", headers={"Impersonate-User": "alice"})
+        assert r.status_code == 403
+        assert r.json()["message"] == (
+            'users "alice" is forbidden: User "system:serviceaccount:team:bot" cannot impersonate '
+            'resource "users" in API group "" at the cluster scope'
+        )
+    r = await admin_http.get("/api", headers={"Impersonate-Group": "devs"})
+    assert r.status_code == 400

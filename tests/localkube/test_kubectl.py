@@ -241,9 +241,10 @@ async def test_typed_create_commands_send_protobuf(kubectl: Any) -> None:
     dep = json.loads((await kubectl("get", "deployment", "web", "-o", "json")).stdout)
     assert dep["spec"]["replicas"] == 0
     assert dep["spec"]["selector"] == {"matchLabels": {"app": "web"}}
-    assert dep["spec"]["template"]["spec"]["containers"] == [
-        {"name": "nginx", "image": "nginx", "ports": [{"containerPort": 8080}], "resources": {}}
-    ]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert (container["name"], container["image"]) == ("nginx", "nginx")
+    assert container["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
+    assert container["imagePullPolicy"] == "Always", "defaulted for an untagged image"
     await kubectl("create", "service", "clusterip", "web", "--tcp=80:http")
     svc = json.loads((await kubectl("get", "service", "web", "-o", "json")).stdout)
     assert svc["spec"]["ports"] == [
@@ -252,3 +253,13 @@ async def test_typed_create_commands_send_protobuf(kubectl: Any) -> None:
     await kubectl("create", "secret", "generic", "s", "--from-literal=k=v")
     secret = json.loads((await kubectl("get", "secret", "s", "-o", "json")).stdout)
     assert secret["data"] == {"k": "dg=="}
+
+
+async def test_auth_can_i_as_another_user(kubectl: Any) -> None:
+    await kubectl("create", "clusterrole", "pod-getter", "--verb=get", "--resource=pods")
+    await kubectl(
+        "create", "clusterrolebinding", "alice-gets", "--clusterrole=pod-getter", "--user=alice"
+    )
+    assert (await kubectl("auth", "can-i", "get", "pods", "--as=alice")).stdout.strip() == "yes"
+    denied = await kubectl("auth", "can-i", "delete", "pods", "--as=alice", check=False)
+    assert denied.stdout.strip() == "no"

@@ -148,3 +148,11 @@ def test_sqlite_transaction_rolls_back_on_error(tmp_path: Path) -> None:
     backend.close()
     with sqlite3.connect(tmp_path / "db") as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_one_process_at_a_time_per_state_dir(tmp_path: Path) -> None:
+    first = open_store(tmp_path)
+    with pytest.raises(storage.StoreError, match="in use by another localkube"):
+        open_store(tmp_path)
+    first.close()
+    open_store(tmp_path).close()

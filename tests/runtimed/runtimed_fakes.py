@@ -23,10 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.lowlevel
 
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.informer import EventType, InformerEvent
-from runtimed.runtime_client import ExecuteSpec, ExecutionStillRunning, RpcRejected, ServerUnavailable
+from runtimed.runtime_client import (
+    ExecuteSpec,
+    ExecutionStillRunning,
+    RpcRejected,
+    ServerUnavailable,
+)
 from runtimed.task_decisions import ExecState, ServerView
 
 
@@ -57,7 +63,7 @@ class FakeRunStore:
     # -- StatusWriter ------------------------------------------------------------------------
 
     async def write_status(self, obj: dict[str, Any], status: Any) -> dict[str, Any]:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
         current = self.objects.get(key)
         if current is None or current["metadata"]["uid"] != obj["metadata"]["uid"]:
@@ -99,9 +105,7 @@ class FakeRunStore:
             ):
                 return
             self.cache[key] = obj
-            event = InformerEvent(
-                EventType.ADDED if old is None else EventType.MODIFIED, obj, old
-            )
+            event = InformerEvent(EventType.ADDED if old is None else EventType.MODIFIED, obj, old)
         for handler in self.handlers:
             handler(event)
 
@@ -198,7 +202,7 @@ class FakeRuntimeServer:
             execution.stderr = "terminated\n"
             return
         if program.outputs is not None and execution.spec.env:
-            Path(execution.spec.env["KRUNTIME_OUTPUTS"]).write_text(program.outputs)
+            Path(execution.spec.env["KRUNTIME_OUTPUTS"]).write_text(program.outputs)  # noqa: ASYNC240 - a test fake
         execution.stdout, execution.stderr = program.stdout, program.stderr
         execution.exit_code = program.exit_code
         execution.state = ExecState.SUCCEEDED if program.exit_code == 0 else ExecState.FAILED
@@ -213,13 +217,13 @@ class FakeRuntimeServer:
 
     async def status(self, uid: str) -> ServerView:
         self._check("Status", uid)
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         execution = self.executions.get(uid)
         return ServerView(ExecState.NOT_FOUND) if execution is None else self._view(execution)
 
     async def list(self) -> dict[str, ServerView]:
         self._check("List")
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return {uid: self._view(e) for uid, e in self.executions.items()}
 
     async def cancel(self, uid: str) -> None:
@@ -227,7 +231,7 @@ class FakeRuntimeServer:
         execution = self.executions.get(uid)
         if execution is not None:
             execution.cancel.set()
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
 
     async def forget(self, uid: str) -> None:
         self._check("Forget", uid)

@@ -24,9 +24,11 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def runtime_server(kind: str, work_dir: Path, *, port: int = 0) -> AsyncIterator[tuple[int, trio.Process]]:
+async def runtime_server(
+    kind: str, work_dir: Path, *, port: int = 0
+) -> AsyncIterator[tuple[int, trio.Process]]:
     """Start ``krt-<kind>-runtime`` and yield ``(port, process)`` once it is listening."""
-    work_dir.mkdir(parents=True, exist_ok=True)
+    work_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
     process = await trio.lowlevel.open_process(
         [str(SCRIPTS[kind]), "--listen", f"127.0.0.1:{port}", "--work-dir", str(work_dir)],
         stdin=subprocess.DEVNULL,

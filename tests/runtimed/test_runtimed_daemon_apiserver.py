@@ -98,13 +98,20 @@ async def test_daemon_runs_tasks_end_to_end(kube: Kube, tmp_path: Path) -> None:
             http_port=0,
             timings=TaskTimings(rleg_period=0.02),
         )
-        handle: DaemonHandle = await nursery.start(lambda task_status: serve_daemon(config, kube=kube, task_status=task_status))
+        handle: DaemonHandle = await nursery.start(
+            lambda task_status: serve_daemon(config, kube=kube, task_status=task_status)
+        )
 
         # readiness gate and heartbeat
         with trio.fail_after(10):
             while True:
-                conditions = (await kube.get(PODS, pod["metadata"]["name"], NS)).get("status", {}).get("conditions") or []
-                if any(c["type"] == "kruntimes.io/RuntimedReady" and c["status"] == "True" for c in conditions):
+                conditions = (await kube.get(PODS, pod["metadata"]["name"], NS)).get(
+                    "status", {}
+                ).get("conditions") or []
+                if any(
+                    c["type"] == "kruntimes.io/RuntimedReady" and c["status"] == "True"
+                    for c in conditions
+                ):
                     break
                 await trio.sleep(0.05)
         lease = await kube.get(LEASES, f"runtimed-{pod['metadata']['name']}", NS)
@@ -116,7 +123,9 @@ async def test_daemon_runs_tasks_end_to_end(kube: Kube, tmp_path: Path) -> None:
             pod,
             "ok",
             {
-                "source": {"inline": 'echo "to the log"\necho "greeting=hello world" >> "$KRUNTIME_OUTPUTS"\n'},
+                "source": {
+                    "inline": 'echo "to the log"\necho "greeting=hello world" >> "$KRUNTIME_OUTPUTS"\n'
+                },
                 "mode": {"task": {}},
             },
         )

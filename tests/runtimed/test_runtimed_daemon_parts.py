@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import trio
 import trio.testing
 from click.testing import CliRunner
@@ -33,7 +32,8 @@ def test_condition_shape() -> None:
         "lastTransitionTime": "T",
     }
     down = readiness_condition(HealthState(False, "RuntimeServerUnreachable", "x" * 5000), now="T")
-    assert down["status"] == "False" and len(down["message"]) == 1024
+    assert down["status"] == "False"
+    assert len(down["message"]) == 1024
 
 
 async def test_readiness_writes_only_on_change(autojump_clock: trio.testing.MockClock) -> None:
@@ -51,7 +51,10 @@ async def test_readiness_writes_only_on_change(autojump_clock: trio.testing.Mock
         assert len(writes) == 1  # steady: nothing written
         server.healthy = False
         await trio.sleep(1.5)
-        assert [(w["status"], w["reason"]) for w in writes][-1] == ("False", "RuntimeServerUnhealthy")
+        assert [(w["status"], w["reason"]) for w in writes][-1] == (
+            "False",
+            "RuntimeServerUnhealthy",
+        )
         server.healthy = True
         server.down = True
         await trio.sleep(1.5)
@@ -88,7 +91,9 @@ async def test_healthz_and_metrics_over_http() -> None:
     metrics.task_runs.labels(outcome="Succeeded").inc()
     alive = [True]
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(serve_http, health_app(metrics, lambda: alive[0]), "127.0.0.1", 0)
+        port = await nursery.start(
+            serve_http, health_app(metrics, lambda: alive[0]), "127.0.0.1", 0
+        )
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             assert (await http.get("/healthz")).status_code == 200
             body = (await http.get("/metrics")).text
@@ -106,7 +111,12 @@ def test_json_log_lines_carry_run_uid_and_attempt() -> None:
     record.stream = "stdout"
     data = json.loads(JsonFormatter().format(record))
     assert data["message"] == "hello x"
-    assert (data["run_uid"], data["attempt"], data["stream"], data["level"]) == ("u1", 2, "stdout", "info")
+    assert (data["run_uid"], data["attempt"], data["stream"], data["level"]) == (
+        "u1",
+        2,
+        "stdout",
+        "info",
+    )
 
 
 def test_cli_requires_identity_and_names_the_variable() -> None:
@@ -125,7 +135,8 @@ def test_cli_rejects_a_bad_server_address(tmp_path: Path) -> None:
     }
     result = CliRunner().invoke(main, [], env=env)
     assert result.exit_code == 2
-    assert "--runtime-server" in result.output and "HOST:PORT" in result.output
+    assert "--runtime-server" in result.output
+    assert "HOST:PORT" in result.output
 
 
 def test_cli_help_lists_env_fallbacks() -> None:

@@ -29,7 +29,10 @@ async def wait_state(client: RuntimeServerClient, uid: str, *states: ExecState) 
 
 
 async def test_execute_status_list_forget_cancel_and_health(tmp_path: Path) -> None:
-    async with runtime_server("bash", tmp_path / "srv") as (port, _), trio.open_nursery() as nursery:
+    async with (
+        runtime_server("bash", tmp_path / "srv") as (port, _),
+        trio.open_nursery() as nursery,
+    ):
         client = RuntimeServerClient("127.0.0.1", port)
         await nursery.start(client.run)
         healthy, _ = await client.health()
@@ -44,7 +47,8 @@ async def test_execute_status_list_forget_cancel_and_health(tmp_path: Path) -> N
         assert rejected.value.code == "ALREADY_EXISTS"
         view = await wait_state(client, "t1", ExecState.FAILED)
         assert view.exit_code == 4  # type: ignore[attr-defined]
-        assert view.stdout == "out\n" and view.stderr == "err\n"  # type: ignore[attr-defined]
+        assert view.stdout == "out\n"
+        assert view.stderr == "err\n"
         assert set(await client.list()) == {"t1"}
         await client.forget("t1")
         await client.forget("t1")  # idempotent
@@ -74,7 +78,7 @@ async def probe(client: RuntimeServerClient) -> bool | None:
 
 async def until(client: RuntimeServerClient, expected: bool) -> None:
     with trio.fail_after(10):
-        while await probe(client) is not expected:
+        while await probe(client) is not expected:  # noqa: ASYNC110 - polling a remote state
             await trio.sleep(0.05)
 
 

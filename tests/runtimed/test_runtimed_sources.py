@@ -84,10 +84,13 @@ async def test_each_preparation_starts_from_an_empty_directory(tmp_path: Path) -
 async def test_no_source_gives_an_empty_working_directory(tmp_path: Path) -> None:
     f = files(tmp_path)
     await prepare_source(None, f)
-    assert f.work.is_dir() and not any(f.work.iterdir())
+    assert f.work.is_dir()
+    assert not any(f.work.iterdir())
 
 
-async def test_git_checkout_of_an_exact_commit(tmp_path: Path, bare_repo: tuple[str, str, str]) -> None:
+async def test_git_checkout_of_an_exact_commit(
+    tmp_path: Path, bare_repo: tuple[str, str, str]
+) -> None:
     url, first, second = bare_repo
     f = files(tmp_path)
     await prepare_source(Source(repo_url=url, commit_sha=first), f)
@@ -98,11 +101,16 @@ async def test_git_checkout_of_an_exact_commit(tmp_path: Path, bare_repo: tuple[
     assert (f2.work / "lib" / "x.py").read_text() == "X = 2\n"
 
 
-async def test_git_checkout_plus_inline_file(tmp_path: Path, bare_repo: tuple[str, str, str]) -> None:
+async def test_git_checkout_plus_inline_file(
+    tmp_path: Path, bare_repo: tuple[str, str, str]
+) -> None:
     url, first, _ = bare_repo
     f = files(tmp_path)
-    await prepare_source(Source(repo_url=url, commit_sha=first, inline="extra", inline_path="x.txt"), f)
-    assert (f.work / "main.sh").exists() and (f.work / "x.txt").read_text() == "extra"
+    await prepare_source(
+        Source(repo_url=url, commit_sha=first, inline="extra", inline_path="x.txt"), f
+    )
+    assert (f.work / "main.sh").exists()
+    assert (f.work / "x.txt").read_text() == "extra"
 
 
 async def test_unknown_commit_fails_with_gits_message_and_no_partial_checkout(

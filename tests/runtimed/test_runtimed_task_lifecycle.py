@@ -63,10 +63,12 @@ class Harness:
         self.store.handlers[:] = [lifecycle.on_run_event]
 
         async def run(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
-            with trio.CancelScope() as scope:
+            with trio.CancelScope():
                 await lifecycle.run(task_status=task_status)
 
-        async def runner(*, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
+        async def runner(
+            *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
+        ) -> None:
             with trio.CancelScope() as scope:
                 async with trio.open_nursery() as inner:
                     await inner.start(lambda task_status: lifecycle.run(task_status=task_status))
@@ -91,18 +93,20 @@ class Harness:
 
     async def wait_phase(self, key: str, *phases: str, within: float = 120.0) -> dict[str, Any]:
         with trio.fail_after(within):
-            while self.store.status(key).get("phase") not in phases:
+            while self.store.status(key).get("phase") not in phases:  # noqa: ASYNC110
                 await trio.sleep(0.1)
         return self.store.status(key)
 
     async def wait_for(self, predicate: Any, within: float = 60.0) -> None:
         with trio.fail_after(within):
-            while not predicate():
+            while not predicate():  # noqa: ASYNC110
                 await trio.sleep(0.1)
 
 
 @asynccontextmanager
-async def harness(tmp_path: Path, *, lag: float = 0.0, start: bool = True) -> AsyncIterator[Harness]:
+async def harness(
+    tmp_path: Path, *, lag: float = 0.0, start: bool = True
+) -> AsyncIterator[Harness]:
     async with trio.open_nursery() as nursery:
         h = Harness(
             store=FakeRunStore(nursery, lag=lag),
@@ -124,7 +128,9 @@ def uid_of(h: Harness, key: str) -> str:
 # -- the happy path ------------------------------------------------------------------------------
 
 
-async def test_inline_task_succeeds_with_outputs(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_inline_task_succeeds_with_outputs(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=1.0, outputs="answer=42\n# comment\nname=x=y\n")
         key = h.create(source={"inline": "echo hi\n"})
@@ -139,10 +145,13 @@ async def test_inline_task_succeeds_with_outputs(tmp_path: Path, clock: trio.tes
         # the execution was forgotten and the Run's files removed
         await h.wait_for(lambda: not (h.workspace.root / "runs" / uid).exists())
         assert uid not in h.server.executions
-        assert h.lifecycle is not None and h.lifecycle.local(uid) is None
+        assert h.lifecycle is not None
+        assert h.lifecycle.local(uid) is None
 
 
-async def test_execute_request_carries_entrypoint_env_and_outputs_path(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_execute_request_carries_entrypoint_env_and_outputs_path(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         seen: dict[str, Any] = {}
         original = h.server.execute
@@ -153,7 +162,9 @@ async def test_execute_request_carries_entrypoint_env_and_outputs_path(tmp_path:
             await original(spec)
 
         h.server.execute = spy  # type: ignore[method-assign]
-        obj = run_dict(source={"inline": "echo $A\n", "inlinePath": "main.sh"}, task={"args": ["x"]})
+        obj = run_dict(
+            source={"inline": "echo $A\n", "inlinePath": "main.sh"}, task={"args": ["x"]}
+        )
         obj["spec"]["env"] = [{"name": "A", "value": "1"}]
         h.store.create(obj)
         await h.wait_phase("ns/r1", "Succeeded")
@@ -167,7 +178,9 @@ async def test_execute_request_carries_entrypoint_env_and_outputs_path(tmp_path:
         assert seen["script"] == "echo $A\n"
 
 
-async def test_run_of_another_pod_is_never_touched(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_run_of_another_pod_is_never_touched(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         key = h.create(pod_uid="another-pod")
         await trio.sleep(5)
@@ -178,7 +191,9 @@ async def test_run_of_another_pod_is_never_touched(tmp_path: Path, clock: trio.t
 # -- failures and retry --------------------------------------------------------------------------
 
 
-async def test_failing_task_ends_failed_with_exit_code_and_stderr_tail(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_failing_task_ends_failed_with_exit_code_and_stderr_tail(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(exit_code=3, stderr="line1\nfatal: boom\n")
         key = h.create()
@@ -190,11 +205,17 @@ async def test_failing_task_ends_failed_with_exit_code_and_stderr_tail(tmp_path:
         assert "outputs" not in status
 
 
-async def test_retry_fails_twice_then_succeeds_at_attempt_three(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_retry_fails_twice_then_succeeds_at_attempt_three(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         obj = run_dict(retry={"maxAttempts": 3, "backoff": "1s"})
         uid = obj["metadata"]["uid"]
-        h.server.programs[uid] = [Program(exit_code=1), Program(exit_code=1), Program(outputs="ok=1\n")]
+        h.server.programs[uid] = [
+            Program(exit_code=1),
+            Program(exit_code=1),
+            Program(outputs="ok=1\n"),
+        ]
         h.store.create(obj)
         start = trio.current_time()
         status = await h.wait_phase("ns/r1", "Succeeded", "Failed")
@@ -204,11 +225,17 @@ async def test_retry_fails_twice_then_succeeds_at_attempt_three(tmp_path: Path, 
         assert h.server.execute_calls[uid] == 3
         # exponential backoff: 1 s then 2 s between attempts
         assert trio.current_time() - start >= 3.0
-        phases = [(s.get("phase"), s.get("attempt"), bool(s.get("retryAfter"))) for s in h.store.history["ns/r1"]]
-        assert ("Running", 2, True) in phases and ("Running", 3, True) in phases
+        phases = [
+            (s.get("phase"), s.get("attempt"), bool(s.get("retryAfter")))
+            for s in h.store.history["ns/r1"]
+        ]
+        assert ("Running", 2, True) in phases
+        assert ("Running", 3, True) in phases
 
 
-async def test_invalid_outputs_fail_permanently_naming_the_key(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_invalid_outputs_fail_permanently_naming_the_key(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(outputs="bad key=1\n")
         key = h.create(retry={"maxAttempts": 3})
@@ -218,16 +245,21 @@ async def test_invalid_outputs_fail_permanently_naming_the_key(tmp_path: Path, c
         assert h.server.execute_calls[uid_of(h, key)] == 1
 
 
-async def test_oversized_output_value_names_the_bound(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_oversized_output_value_names_the_bound(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(outputs="big=" + "x" * 5000 + "\n")
         key = h.create()
         status = await h.wait_phase(key, "Failed", "Succeeded")
         assert status["reason"] == "OutputsInvalid"
-        assert "'big'" in status["message"] and "4096" in status["message"]
+        assert "'big'" in status["message"]
+        assert "4096" in status["message"]
 
 
-async def test_start_failure_is_applied_by_reconciliation_with_an_event(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_start_failure_is_applied_by_reconciliation_with_an_event(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.execute_error = RpcRejected("Execute", "INVALID_ARGUMENT", "entrypoint escapes")
         key = h.create()
@@ -237,7 +269,9 @@ async def test_start_failure_is_applied_by_reconciliation_with_an_event(tmp_path
         assert [e[1] for e in h.events.events] == ["StartFailed"]
 
 
-async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         key = h.create(source={"inline": "x", "inlinePath": "../escape.sh"})
         status = await h.wait_phase(key, "Failed", "Succeeded")
@@ -247,7 +281,9 @@ async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(
         assert not (tmp_path / "ws" / "escape.sh").exists()
 
 
-async def test_execution_lost_when_the_server_forgets_an_observed_execution(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_execution_lost_when_the_server_forgets_an_observed_execution(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         obj = run_dict(retry={"maxAttempts": 2, "backoff": "0s"})
         uid = obj["metadata"]["uid"]
@@ -255,7 +291,9 @@ async def test_execution_lost_when_the_server_forgets_an_observed_execution(tmp_
         h.store.create(obj)
         await h.wait_for(lambda: uid in h.server.executions)
         assert h.lifecycle is not None
-        await h.wait_for(lambda: h.lifecycle.local(uid) is not None and h.lifecycle.local(uid).view.observed)
+        await h.wait_for(
+            lambda: h.lifecycle.local(uid) is not None and h.lifecycle.local(uid).view.observed
+        )
         h.server.lose_all()  # the Runtime Server restarted
         status = await h.wait_phase("ns/r1", "Succeeded", "Failed")
         assert status["phase"] == "Succeeded"
@@ -265,7 +303,9 @@ async def test_execution_lost_when_the_server_forgets_an_observed_execution(tmp_
         assert h.server.execute_calls[uid] == 2
 
 
-async def test_execution_lost_without_retry_fails(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_execution_lost_without_retry_fails(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=30)
         key = h.create()
@@ -280,7 +320,9 @@ async def test_execution_lost_without_retry_fails(tmp_path: Path, clock: trio.te
 # -- timeout, cancellation, deletion -------------------------------------------------------------
 
 
-async def test_timeout_cancels_the_execution_and_ends_timeout(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_timeout_cancels_the_execution_and_ends_timeout(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         key = h.create(timeout="5s")
@@ -294,7 +336,9 @@ async def test_timeout_cancels_the_execution_and_ends_timeout(tmp_path: Path, cl
         assert uid not in h.server.executions
 
 
-async def test_cancel_requested_cancels_forgets_and_ends_cancelled(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_cancel_requested_cancels_forgets_and_ends_cancelled(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         key = h.create()
@@ -309,7 +353,9 @@ async def test_cancel_requested_cancels_forgets_and_ends_cancelled(tmp_path: Pat
         assert uid not in h.server.executions
 
 
-async def test_deleting_a_running_run_cancels_its_execution(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_deleting_a_running_run_cancels_its_execution(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         key = h.create()
@@ -318,10 +364,13 @@ async def test_deleting_a_running_run_cancels_its_execution(tmp_path: Path, cloc
         h.store.delete(key)
         await h.wait_for(lambda: uid not in h.server.executions)
         assert ("Cancel", uid) in h.server.calls
-        assert h.lifecycle is not None and h.lifecycle.local(uid) is None
+        assert h.lifecycle is not None
+        assert h.lifecycle.local(uid) is None
 
 
-async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=600)
         h.server.execute_delay = 3.0
@@ -330,7 +379,8 @@ async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(tmp_pat
         await h.wait_for(lambda: ("Execute", uid) in h.server.calls)
         h.store.delete(key)
         await trio.sleep(1)
-        assert h.lifecycle is not None and h.lifecycle.local(uid) is None
+        assert h.lifecycle is not None
+        assert h.lifecycle.local(uid) is None
         await h.wait_for(lambda: h.server.execute_calls.get(uid) == 1)
         await h.wait_for(lambda: uid not in h.server.executions)
         assert ("Forget", uid) in h.server.calls
@@ -339,7 +389,9 @@ async def test_execute_succeeding_after_the_run_was_deleted_is_forgotten(tmp_pat
 # -- caches, restarts, unreachable server --------------------------------------------------------
 
 
-async def test_lagging_cache_never_double_claims_or_reruns(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_lagging_cache_never_double_claims_or_reruns(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path, lag=0.5) as h:
         h.server.default = Program(seconds=0.2, outputs="a=1\n")
         key = h.create()
@@ -347,10 +399,16 @@ async def test_lagging_cache_never_double_claims_or_reruns(tmp_path: Path, clock
         assert status["phase"] == "Succeeded"
         await trio.sleep(5)
         assert h.server.execute_calls[uid_of(h, key)] == 1
-        assert [s.get("phase") for s in h.store.history[key]] == ["Scheduled", "Running", "Succeeded"]
+        assert [s.get("phase") for s in h.store.history[key]] == [
+            "Scheduled",
+            "Running",
+            "Succeeded",
+        ]
 
 
-async def test_restart_mid_execution_never_executes_twice(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_restart_mid_execution_never_executes_twice(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=10, outputs="done=1\n")
         key = h.create()
@@ -365,7 +423,9 @@ async def test_restart_mid_execution_never_executes_twice(tmp_path: Path, clock:
         assert h.server.execute_calls[uid] == 1
 
 
-async def test_restart_after_claim_before_execute_starts_once(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_restart_after_claim_before_execute_starts_once(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.down = True
         key = h.create()
@@ -378,7 +438,9 @@ async def test_restart_after_claim_before_execute_starts_once(tmp_path: Path, cl
         assert h.server.execute_calls[uid_of(h, key)] == 1
 
 
-async def test_restart_between_retry_write_and_forget_forgets_before_resuming(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_restart_between_retry_write_and_forget_forgets_before_resuming(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path, start=False) as h:
         # attempt 1 failed and the retry was persisted, but runtimed died before Forget
         obj = run_dict(
@@ -391,7 +453,9 @@ async def test_restart_between_retry_write_and_forget_forgets_before_resuming(tm
         uid = obj["metadata"]["uid"]
         h.store.create(obj)
         await h.server.execute(
-            __import__("runtimed.runtime_client", fromlist=["ExecuteSpec"]).ExecuteSpec(id=uid, working_dir="")
+            __import__("runtimed.runtime_client", fromlist=["ExecuteSpec"]).ExecuteSpec(
+                id=uid, working_dir=""
+            )
         )
         h.server.execute_calls[uid] = 0
         h.server.executions[uid].state = ExecState.FAILED
@@ -403,7 +467,9 @@ async def test_restart_between_retry_write_and_forget_forgets_before_resuming(tm
         assert h.server.execute_calls[uid] == 1
 
 
-async def test_unreachable_server_changes_nothing_until_it_returns(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_unreachable_server_changes_nothing_until_it_returns(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=2)
         key = h.create()
@@ -417,7 +483,9 @@ async def test_unreachable_server_changes_nothing_until_it_returns(tmp_path: Pat
         assert status["phase"] == "Succeeded"
 
 
-async def test_startup_sweep_cleans_executions_of_unknown_and_terminal_runs(tmp_path: Path, clock: trio.testing.MockClock) -> None:
+async def test_startup_sweep_cleans_executions_of_unknown_and_terminal_runs(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     async with harness(tmp_path, start=False) as h:
         from runtimed.runtime_client import ExecuteSpec
 
@@ -430,3 +498,31 @@ async def test_startup_sweep_cleans_executions_of_unknown_and_terminal_runs(tmp_
         await h.start()
         await h.wait_for(lambda: not h.server.executions, within=30)
         assert not (h.workspace.root / "runs" / "stray").exists()
+
+
+async def test_cancel_written_while_the_cache_lags_our_claim_is_honoured(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    async with harness(tmp_path, lag=1.0) as h:
+        h.server.default = Program(seconds=600)
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.store.update_spec(key, cancelRequested=True)
+        status = await h.wait_phase(key, "Cancelled", "Failed", "Succeeded")
+        assert status["phase"] == "Cancelled"
+        assert h.server.execute_calls[uid] == 1
+        assert uid not in h.server.executions
+
+
+async def test_many_runs_in_parallel_each_execute_once(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    async with harness(tmp_path, lag=0.05) as h:
+        h.server.default = Program(seconds=0.3, outputs="k=v\n")
+        keys = [h.create(name=f"r{i}") for i in range(30)]
+        for key in keys:
+            status = await h.wait_phase(key, "Succeeded", "Failed")
+            assert status["phase"] == "Succeeded"
+        assert sorted(h.server.execute_calls.values()) == [1] * 30
+        assert not h.server.executions

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import os
 import textwrap
 import urllib.parse
@@ -31,6 +32,7 @@ from purerpc.grpclib.status import StatusCode
 from purerpc.wrappers import extract_message_from_singleton_stream, send_single_message_client
 
 from krt.proto.executor.v1 import runtime_pb2 as pb
+from servers.bash.adapter import BashAdapter
 from servers.common.transport import MAX_STATUS_MESSAGE_BYTES, fit_status_message
 from servers.python.adapter import PythonAdapter
 
@@ -51,12 +53,23 @@ HANDLER = textwrap.dedent(
         raise ValueError(event)
     """
 )
+#: the same for the Bash server: $$ is the warm worker (the call runs in a subshell of it)
+BASH_HANDLER = textwrap.dedent(
+    """
+    handle() {
+        printf '%s' "$$" > worker.pid
+        if [[ $1 == *sleep* ]]; then sleep 30; fi
+        printf '{"pid": %s}' "$$"
+    }
+    """
+)
 
 
 async def _register(server: Any, tmp_path: Path, handler: str = "handler.handle") -> Any:
     fn_dir = tmp_path / "fn"
     fn_dir.mkdir(exist_ok=True)
     (fn_dir / "handler.py").write_text(HANDLER)
+    (fn_dir / "handler.sh").write_text(BASH_HANDLER)
     reply = await server.functions.RegisterFunction(
         pb.RegisterFunctionRequest(
             run_uid="run-ctx",
@@ -140,6 +153,7 @@ async def _start_invoke_then(
     await _in_asyncio_thread(main)
 
 
+@pytest.mark.parametrize("adapter", [PythonAdapter, BashAdapter])
 @pytest.mark.parametrize(
     "action",
     [
@@ -150,9 +164,12 @@ async def _start_invoke_then(
 async def test_client_going_away_cancels_the_invocation(
     start_runtime_server: Callable[..., Any],
     tmp_path: Path,
+    adapter: Callable[[], Any],
     action: Callable[[Channel, asyncio.Task[Any]], Any],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+    caplog.set_level(logging.INFO, logger="servers")
+    async with start_runtime_server(adapter(), tmp_path) as server:
         ref = await _register(server, tmp_path)
         pid_file = tmp_path / "fn" / "worker.pid"
         await _start_invoke_then(server, ref, pid_file, action)
@@ -160,6 +177,11 @@ async def test_client_going_away_cancels_the_invocation(
         # the slot is freed at once, not after the handler's 30 s or the 30 s default timeout
         assert await _wait_until_idle(server, ref) < 2
         assert _gone(pid), "the cancelled invocation's worker must be killed and reaped"
+        assert any(
+            r.getMessage() == "invocation cancelled by the caller"
+            and getattr(r, "run_uid", None) == "run-ctx"
+            for r in caplog.records
+        )
         pid_file.unlink()
         reply = await server.functions.InvokeFunction(_invoke_request(ref, {}))
         assert json.loads(reply.output)["pid"] != pid  # a fresh worker
@@ -263,6 +285,10 @@ def test_fit_status_message_bounds_the_encoded_trailer(text: str) -> None:
     assert text.startswith(fitted.removesuffix(" ...[truncated]"))
     # cut at the bound, not far below it (one character encodes to at most 12 bytes)
     assert len(urllib.parse.quote(fitted, safe="")) > MAX_STATUS_MESSAGE_BYTES - 12
+
+
+def test_fit_status_message_makes_text_encodable() -> None:
+    assert fit_status_message("bad \ud800 text") == "bad ? text"
 
 
 def test_fit_status_message_keeps_short_messages() -> None:

@@ -63,7 +63,9 @@ async def test_health_and_tasks(start_runtime_server: Callable[..., Any], tmp_pa
         assert status.state == pb.EXECUTION_STATE_SUCCEEDED
         assert status.stdout == "hi\n"
         listed = await server.runtime.List(pb.ListRequest())
-        assert [e.id for e in listed.entries] == ["t1"]
+        assert [(e.id, e.state, e.stdout) for e in listed.entries] == [
+            ("t1", pb.EXECUTION_STATE_SUCCEEDED, "")
+        ]
         await server.runtime.Forget(pb.ForgetRequest(id="t1"))
         for call in (
             server.runtime.Status(pb.StatusRequest(id="t1")),

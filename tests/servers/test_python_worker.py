@@ -38,6 +38,8 @@ HANDLER = """
                 print("printed to stdout", event.get("n"))
                 print("printed to stderr", file=sys.stderr)
                 os.write(1, b"raw fd write\\n")
+                import subprocess
+                subprocess.run(["echo", "from a child process"], check=True)
                 return {"ok": True}
             if op == "raise":
                 raise ValueError("bad value " + "x" * event.get("pad", 0))
@@ -57,6 +59,12 @@ HANDLER = """
                 os._exit(3)
             if op == "big":
                 return "y" * event["size"]
+            if op == "close-fds":
+                os.close(1)
+                os.close(2)
+                return "closed"
+            if op == "surrogate":
+                raise ValueError("bad \\ud800 text")
             if op == "chatty":
                 for i in range(event["n"]):
                     print("chatty line", i, "x" * 16)
@@ -235,6 +243,10 @@ async def test_prints_go_to_the_structured_log_not_the_output(
     ]
     assert ("printed to stdout 5", "stdout") in lines
     assert ("printed to stderr", "stderr") in lines
+    # descriptor-level writes (C code, child processes) are structured records too, never
+    # raw lines in the server's JSON log stream
+    assert ("raw fd write", "stderr") in lines
+    assert ("from a child process", "stderr") in lines
     assert all(
         getattr(r, "run_uid", None) == "run-1" for r in caplog.records if r.name == "servers.python"
     )
@@ -326,6 +338,31 @@ async def test_worker_exit_during_a_call_is_an_invocation_error(worker: PythonWo
     with pytest.raises(InvocationError, match="exited with status 3"):
         await call(worker, {"op": "exit"})
     assert not worker.alive
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_handler_closing_its_descriptors_leaves_the_worker_idle(
+    worker: PythonWorker,
+) -> None:
+    # the descriptor-output reader sees end of file: it must stop, not spin
+    assert await call(worker, {"op": "close-fds"}) == "closed"
+    before = _cpu_seconds(worker.pid)
+    await trio.sleep(0.3)
+    assert _cpu_seconds(worker.pid) - before < 0.1
+    assert await call(worker, 5) == {"calls": 2, "event": 5}
+
+
+async def test_error_text_that_is_not_valid_unicode_is_made_valid(worker: PythonWorker) -> None:
+    # a lone surrogate cannot be encoded as UTF-8: left in, it would break the gRPC status
+    # (INTERNAL instead of UNKNOWN)
+    with pytest.raises(InvocationError) as excinfo:
+        await call(worker, {"op": "surrogate"})
+    assert excinfo.value.error_type == "ValueError"
+    assert excinfo.value.message.encode() == b"bad ? text"
 
 
 async def test_protocol_error_retires_the_worker(worker: PythonWorker) -> None:

@@ -127,6 +127,23 @@ async def test_duplicate_id_unknown_id_and_forget(manager: ExecutionManager) -> 
     assert (await run(manager, id="t1", args=["-c", "pass"])).state is ExecutionState.SUCCEEDED
 
 
+async def test_list_is_an_index_without_output(manager: ExecutionManager) -> None:
+    # runtimed polls List (seed 003, RLEG) for states only; with every execution's 2 MiB of
+    # output in it, a busy Pod's List would outgrow gRPC message limits and burn CPU on each
+    # poll. Status carries the output.
+    script = (
+        "import sys; sys.stdout.write('o' * 1_500_000); sys.stderr.write('e' * 10); sys.exit(3)"
+    )
+    await run(manager, id="big", args=["-c", script])
+    (entry,) = manager.list()
+    assert (entry.id, entry.state, entry.exit_code) == ("big", ExecutionState.FAILED, 3)
+    assert entry.error_message == "exited with status 3"
+    assert (entry.stdout, entry.stderr) == ("", "")
+    status = manager.status("big")
+    assert status.stdout.startswith("o" * 1000)
+    assert status.stderr == "e" * 10
+
+
 async def test_forget_removes_only_the_working_dir_the_server_created(
     manager: ExecutionManager, tmp_path: Path
 ) -> None:

@@ -90,7 +90,8 @@ class ControlPlane:
         caches, runtime_controller, scheduler, reaper, gc, metrics: the parts.
         elector: the leader elector, or ``None`` without leader election.
         metrics_url: ``http://host:port`` of ``/metrics``, or ``None``.
-        leading: set while a term of leadership runs its loops.
+        leading: set when a term of leadership starts its loops; replaced by a fresh
+            (unset) Event when the term ends.
     """
 
     caches: Caches
@@ -139,7 +140,6 @@ async def serve_controlplane(
 
     async def leading() -> None:
         metrics.is_leader.set(1)
-        plane.leading = trio.Event()
         plane.leading.set()
         log.info("control plane %s is acting", config.identity)
         try:

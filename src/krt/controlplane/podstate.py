@@ -17,7 +17,7 @@ from typing import Any
 
 from krt.api.constants import RUNTIME_LABEL
 from krt.kube.clock import parse_time
-from krt.kube.heartbeat import heartbeat_fresh
+from krt.kube.heartbeat import HEARTBEAT_LEASE_PREFIX, heartbeat_fresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,13 @@ def heartbeat_expires_in(
     spec = lease.get("spec") or {}
     renewed = parse_time(str(spec["renewTime"])).timestamp()
     return max(0.0, renewed + int(spec["leaseDurationSeconds"]) - now.timestamp())
+
+
+def pod_name_of_heartbeat_lease(lease_name: str) -> str | None:
+    """The Pod a heartbeat Lease (``runtimed-<pod-name>``) belongs to, or ``None``."""
+    if not lease_name.startswith(HEARTBEAT_LEASE_PREFIX):
+        return None
+    return lease_name[len(HEARTBEAT_LEASE_PREFIX) :] or None
 
 
 def ready_endpoint_pod_uids(slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:

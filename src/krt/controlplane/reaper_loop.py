@@ -30,6 +30,7 @@ from krt.controlplane.caches import Caches
 from krt.controlplane.events import Recorder
 from krt.controlplane.fencing import Healthy, NotFenced, Recover, decide_reap, in_scope
 from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.informer import EventType, InformerEvent
@@ -105,9 +106,9 @@ class Reaper:
 
     def _on_lease(self, event: InformerEvent) -> None:
         meta = event.obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        if name.startswith("runtimed-"):
-            pod = self._caches.pods.get(str(meta.get("namespace", "")), name[len("runtimed-") :])
+        pod_name = pod_name_of_heartbeat_lease(str(meta.get("name", "")))
+        if pod_name is not None:
+            pod = self._caches.pods.get(str(meta.get("namespace", "")), pod_name)
             if pod is not None:
                 self._wake_pod_uid(str((pod.get("metadata") or {}).get("uid", "")))
 

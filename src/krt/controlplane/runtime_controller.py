@@ -28,6 +28,7 @@ from krt.api.patches import apply_merge_patch
 from krt.controlplane.caches import Caches, InformerSet
 from krt.controlplane.events import Recorder
 from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.controlplane.runtime_resources import (
     desired_objects,
     merge_for_update,
@@ -102,9 +103,9 @@ class RuntimeController:
 
     def _on_lease(self, event: InformerEvent) -> None:
         meta = event.obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        if name.startswith("runtimed-"):
-            pod = self._caches.pods.get(str(meta.get("namespace", "")), name[len("runtimed-") :])
+        pod_name = pod_name_of_heartbeat_lease(str(meta.get("name", "")))
+        if pod_name is not None:
+            pod = self._caches.pods.get(str(meta.get("namespace", "")), pod_name)
             if pod is not None:
                 self._on_labelled(InformerEvent(event.type, pod))
 

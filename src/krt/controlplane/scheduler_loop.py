@@ -37,6 +37,7 @@ from krt.controlplane.caches import Caches, runtime_key
 from krt.controlplane.capacity import AssumedBinds, capacity_holder, usage_by_pod
 from krt.controlplane.events import Recorder
 from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.controlplane.scheduling import (
     Backoff,
     Bind,
@@ -47,6 +48,7 @@ from krt.controlplane.scheduling import (
 )
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import Conflict, KubeError, NotFound
+from krt.kube.heartbeat import heartbeat_fresh
 from krt.kube.informer import EventType, InformerEvent
 from krt.kube.resources import RUNS
 from krt.kube.status import write_status
@@ -90,7 +92,6 @@ class Scheduler:
         self.assumed = AssumedBinds()
         self._usage: dict[str, dict[str, dict[str, int]]] = {}
         self._pending_since: dict[RunKey, float] = {}
-        self._schedulable: dict[str, bool] = {}
         self._fresh: dict[RunKey, tuple[str, Obj]] = {}
         self._binds: trio.Nursery | None = None
         self._bind_limit = trio.CapacityLimiter(MAX_CONCURRENT_BINDS)
@@ -156,29 +157,39 @@ class Scheduler:
             ):
                 self.wake_runtime(key[0], run.spec.runtime)
 
-    def _pod_changed(self, obj: Obj, deleted: bool) -> None:
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        if deleted:
-            self._schedulable.pop(uid, None)
+    def _on_pod(self, event: InformerEvent) -> None:
+        """Wake the Runtime's Pending Runs when a Pod becomes schedulable (Ready, not deleting)."""
+        if event.type is EventType.DELETED:
             return
-        state = self._caches.pod_state(obj)
-        was = self._schedulable.get(uid, False)
-        self._schedulable[uid] = state.schedulable
-        if state.schedulable and not was and state.runtime:
+        state = self._caches.pod_state(event.obj)
+        if not state.schedulable or not state.runtime:
+            return
+        was = self._caches.pod_state(event.old).schedulable if event.old is not None else False
+        if not was:
             self.wake_runtime(state.namespace, state.runtime)
 
-    def _on_pod(self, event: InformerEvent) -> None:
-        self._pod_changed(event.obj, event.type is EventType.DELETED)
-
     def _on_lease(self, event: InformerEvent) -> None:
-        meta = event.obj.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        if not name.startswith("runtimed-"):
+        """Wake the Runtime's Pending Runs when a Pod's heartbeat turns fresh.
+
+        A renewal of a Lease that was still fresh changes nothing and wakes nobody; one that
+        comes after the old renewal lapsed (or a new Lease) does.
+        """
+        if event.type is EventType.DELETED:
             return
-        pod = self._caches.pods.get(str(meta.get("namespace", "")), name[len("runtimed-") :])
-        if pod is not None:
-            self._pod_changed(pod, False)
+        meta = event.obj.get("metadata") or {}
+        pod_name = pod_name_of_heartbeat_lease(str(meta.get("name", "")))
+        if pod_name is None:
+            return
+        pod = self._caches.pods.get(str(meta.get("namespace", "")), pod_name)
+        if pod is None:
+            return
+        state = self._caches.pod_state(pod)
+        if not state.schedulable or not state.runtime:
+            return
+        now = self._caches.now()
+        was_fresh = event.old is not None and heartbeat_fresh(event.old, state.uid, now.timestamp())
+        if not was_fresh:
+            self.wake_runtime(state.namespace, state.runtime)
 
     def _on_runtime(self, event: InformerEvent) -> None:
         if event.type is EventType.RESYNC:

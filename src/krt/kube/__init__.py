@@ -4,6 +4,8 @@ What is here (import from the modules; this package re-exports nothing):
 
 * :mod:`~krt.kube.client`: :func:`~krt.kube.client.connect` and :class:`~krt.kube.client.Kube`,
   typed REST verbs over plain dicts (kr8s supplies config, auth, TLS and the HTTP session).
+* :mod:`~krt.kube.interface`: :class:`~krt.kube.interface.KubeClient`, the Protocol the
+  rest depends on (so controller tests can pass a fake of our wrapper).
 * :mod:`~krt.kube.errors`: one exception class per Kubernetes Status reason.
 * :mod:`~krt.kube.resources`: :class:`~krt.kube.resources.ResourceRef` and the types we use.
 * :mod:`~krt.kube.informer`: list + watch caches with handlers and indexes.
@@ -12,6 +14,8 @@ What is here (import from the modules; this package re-exports nothing):
 * :mod:`~krt.kube.leaderelection`, :mod:`~krt.kube.heartbeat`: Lease-based leader
   election and the per-Pod runtimed heartbeat.
 * :mod:`~krt.kube.events`: a non-blocking, aggregating Event recorder.
+* :mod:`~krt.kube.access`: SelfSubjectAccessReview as the caller
+  (with :meth:`~krt.kube.client.Kube.with_token`).
 * :mod:`~krt.kube.clock`, :mod:`~krt.kube.backoff`: the injectable wall clock, RFC 3339
   timestamps, jittered exponential backoff.
 

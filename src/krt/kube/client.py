@@ -103,6 +103,8 @@ class Kube:
         self._api = api
         self.namespace = namespace
         self._auth_headers: dict[str, str] = {}
+        self._fixed_credentials = False
+        self._owns_session = True
         #: Number of API requests sent (for tests and metrics).
         self.requests = 0
 
@@ -111,8 +113,44 @@ class Kube:
         """The underlying ``kr8s.asyncio.Api`` (for callers that need kr8s objects)."""
         return self._api
 
+    def with_token(self, token: str) -> Kube:
+        """Return a view of this client that authenticates every request with ``token``.
+
+        The view shares the HTTP session (connection pool, TLS) and only replaces the
+        ``Authorization`` header, so it is cheap enough to make per request. Used where the
+        API must see the *caller's* identity, e.g. a SelfSubjectAccessReview submitted with
+        an invoker's bearer token (seed 000, "the receiving runtimed uses that token to
+        submit a SelfSubjectAccessReview"). A 401 with such a token is final (no credential
+        reload). Closing the view does not close the shared session.
+
+        Args:
+            token: a bearer token (printable ASCII, no whitespace).
+
+        Returns:
+            A :class:`Kube` sharing this one's session.
+
+        Raises:
+            ValueError: an empty token or one with whitespace or control characters.
+            ConfigError: this client authenticates with a TLS client certificate, which the
+                API server would use instead of the token.
+        """
+        if not token or any(not 0x21 <= ord(ch) <= 0x7E for ch in token):
+            raise ValueError("token must be non-empty printable ASCII without whitespace")
+        if getattr(self._api.auth, "client_cert_file", None):
+            raise ConfigError(
+                "this client authenticates with a TLS client certificate; the API server "
+                "would ignore a bearer token on the same connection"
+            )
+        view = Kube(self._api, namespace=self.namespace)
+        view._auth_headers = {"Authorization": f"Bearer {token}"}
+        view._fixed_credentials = True
+        view._owns_session = False
+        return view
+
     async def aclose(self) -> None:
-        """Close the HTTP session (idempotent)."""
+        """Close the HTTP session (idempotent; a no-op on :meth:`with_token` views)."""
+        if not self._owns_session:
+            return
         session = getattr(self._api, "_session", None)
         if session is not None and not session.is_closed:
             await session.aclose()
@@ -187,7 +225,7 @@ class Kube:
                 # kr8s wraps httpx timeouts (if a caller set one on the session) in its own
                 # APITimeoutError; everything else is httpx's or the socket's.
                 raise ConnectionFailed(f"{method} {ref.path(ns, None)}: {exc!r}") from exc
-            if status == 401 and not reauthenticated:
+            if status == 401 and not reauthenticated and not self._fixed_credentials:
                 reauthenticated = True
                 await self._reauthenticate()
                 headers.update(self._auth_headers)
@@ -510,7 +548,7 @@ class Kube:
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()
-                    if response.status_code == 401:
+                    if response.status_code == 401 and not self._fixed_credentials:
                         await self._reauthenticate()
                     raise error_from_status(response.status_code, _decode(response))
                 async for line in response.aiter_lines():

@@ -17,7 +17,7 @@ concurrency:
   the moment it saw our last write (which was after we sent it), the old leader has stopped
   before a new one starts.
 * On cancellation the leader releases the Lease (``holderIdentity`` emptied, shielded, at
-  most ``retry_period`` seconds) so a successor need not wait for expiry.
+  most ``renew_deadline`` seconds) so a successor need not wait for expiry.
 
 All candidates of one Lease must use the same ``lease_duration``; the Lease records it
 rounded up to whole seconds (``leaseDurationSeconds``) for kubectl and for other clients.
@@ -302,7 +302,7 @@ class LeaderElector:
                     return
         finally:
             self.is_leader = False
-            with trio.move_on_after(self.retry_period) as cleanup:
+            with trio.move_on_after(self.renew_deadline) as cleanup:
                 cleanup.shield = True
                 await self._release()
 

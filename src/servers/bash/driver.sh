@@ -8,7 +8,9 @@
 #      line on stdout: "ready", "source-failed STATUS" or "no-function";
 #   2. loop: read "LENGTH\n" then exactly LENGTH bytes from stdin into a variable (the payload
 #      crosses as data, never as shell source), call "$FUNCTION" "$payload" in a subshell with
-#      stdout and stderr sent to SCRATCH_DIR/out and SCRATCH_DIR/err, answer "done STATUS";
+#      stdout and stderr sent to SCRATCH_DIR/out.N and SCRATCH_DIR/err.N (N counts the calls
+#      from 1: fresh files per call, so a background job a call leaves behind cannot write
+#      into a later call's files), answer "done STATUS";
 #   3. exit when stdin reaches end of file.
 # Every name of our own starts with __krt_ and every builtin is called through `builtin`, so a
 # handler file that defines functions named like builtins does not change the protocol.
@@ -21,6 +23,7 @@ builtin shift 3
 # The serving loop is defined before the handler file is sourced, so aliases or options the
 # file sets cannot change how the loop itself is parsed.
 __krt_serve() {
+    __krt_n=0
     while :; do
         IFS= builtin read -r __krt_len || builtin return 0
         case $__krt_len in
@@ -28,13 +31,14 @@ __krt_serve() {
         esac
         # LC_ALL=C makes -N count bytes, not characters; read fails on a short read (EOF).
         LC_ALL=C IFS= builtin read -r -N "$__krt_len" __krt_payload || builtin return 71
+        ((__krt_n += 1))
         (
             [[ $__krt_opts == *e* ]] && builtin set -o errexit
             [[ $__krt_opts == *u* ]] && builtin set -o nounset
             [[ $__krt_opts == *p* ]] && builtin set -o pipefail
             [[ $__krt_opts == *x* ]] && builtin set -o xtrace
             "$__krt_fn" "$__krt_payload"
-        ) </dev/null >|"$__krt_dir/out" 2>|"$__krt_dir/err"
+        ) </dev/null >|"$__krt_dir/out.$__krt_n" 2>|"$__krt_dir/err.$__krt_n"
         __krt_status=$?
         builtin unset __krt_payload
         builtin printf 'done %d\n' "$__krt_status"

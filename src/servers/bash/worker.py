@@ -13,11 +13,12 @@ invocations over its stdin/stdout:
 * the call runs in a subshell (one fork per invocation): variables, ``cd`` and traps set by
   one invocation do not leak into the next, while functions and variables defined when the
   file was sourced stay warm. Its stdin is ``/dev/null``; its stdout and stderr go to two
-  files in a private scratch directory, so output is byte-exact (no trailing-newline
-  stripping, NUL bytes kept) and a background process left behind cannot hold the reply open.
+  fresh files (``out.N``, ``err.N`` for call N) in a private scratch directory, so output is
+  byte-exact (no trailing-newline stripping, NUL bytes kept) and a background process left
+  behind can neither hold the reply open nor write into a later call's output.
 * reply (worker to server, stdout): ``done STATUS\\n`` once the subshell has exited. The server
   then reads stdout (the output, at most 1 MiB) and the tail of stderr (64 KiB, logged as JSON
-  lines keyed by run UID and invocation ID, never returned as output).
+  lines keyed by run UID and invocation ID, never returned as output), and unlinks both.
 
 Registration (:mod:`servers.bash.startup`) fails with :class:`RegistrationFailed` and a
 bounded summary for a missing file, a ``bash -n`` syntax error, a failing or exiting top
@@ -32,8 +33,9 @@ Measured on the 2-core reference machine: about 1 ms per invocation of a trivial
 
 Known limits: stderr is logged when the call returns, not streamed while it runs; stdout and
 stderr are written to the scratch files in full before the limits apply (trusted code, as
-everywhere in kruntimes); a background process a function leaves running keeps running (in the worker's process group)
-until the worker is cancelled or closed.
+everywhere in kruntimes); a background process a function leaves running keeps running (in
+the worker's process group, writing to unlinked files) until the worker is cancelled or
+closed.
 """
 
 from __future__ import annotations

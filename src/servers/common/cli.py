@@ -77,7 +77,10 @@ def build_command(adapter_factory: Callable[[], FunctionAdapter], *, prog: str) 
         "--listen",
         required=True,
         metavar="HOST:PORT",
-        help="Address to serve gRPC on; port 0 picks a free port.",
+        help=(
+            "Address to serve gRPC on; port 0 picks a free port (the 'listening' log line"
+            " on stderr names the bound port)."
+        ),
     )
     @click.option(
         "--work-dir",

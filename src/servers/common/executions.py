@@ -124,6 +124,17 @@ class _Execution:
             error_message=self.error_message,
         )
 
+    def summary(self) -> ExecutionStatus:
+        """The snapshot without stdout and stderr (a ``List`` entry)."""
+        return ExecutionStatus(
+            id=self.id,
+            state=self.state,
+            exit_code=self.exit_code,
+            stdout="",
+            stderr="",
+            error_message=self.error_message,
+        )
+
     @property
     def terminal(self) -> bool:
         return self.state in (ExecutionState.SUCCEEDED, ExecutionState.FAILED)
@@ -219,8 +230,13 @@ class ExecutionManager:
         return self._get(exec_id).snapshot()
 
     def list(self) -> list[ExecutionStatus]:
-        """Return snapshots of every known execution, in start order."""
-        return [e.snapshot() for e in self._executions.values()]
+        """Return every known execution, in start order, without stdout and stderr.
+
+        ``List`` is an index (runtimed polls it for state changes, seed 003): carrying up to
+        2 MiB of output per execution would make its size grow with the Pod's load past gRPC
+        message limits. :meth:`status` returns the output.
+        """
+        return [e.summary() for e in self._executions.values()]
 
     def cancel(self, exec_id: str) -> None:
         """Request termination (SIGTERM to the group, SIGKILL after the grace period).

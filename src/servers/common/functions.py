@@ -354,6 +354,14 @@ class FunctionService:
                 },
             )
             raise
+        except trio.Cancelled:
+            # from outside: the caller went away (cancelled call, closed connection,
+            # grpc-timeout) or the server is stopping; the worker was stopped.
+            log.info(
+                "invocation cancelled by the caller",
+                extra={**fields, "duration_ms": round((trio.current_time() - start) * 1000, 3)},
+            )
+            raise
         finally:
             live.invoke_scope = None
             self.table.end_invocation(reg.registration_id)

@@ -37,7 +37,8 @@ def _mapped(
     """Decorate an RPC method so ContractError becomes the matching gRPC status.
 
     Any other exception is a server bug: it is logged with its traceback and answered with
-    INTERNAL (purerpc itself would answer CANCELLED with the exception's repr).
+    INTERNAL naming the RPC (:mod:`servers.common.transport` has the same fallback for
+    failures outside the servicers, e.g. an undecodable request).
     """
 
     @functools.wraps(method)
@@ -103,7 +104,7 @@ class RuntimeServicer(runtime_grpc.RuntimeServicer):  # type: ignore[misc]
 
     @_mapped
     async def List(self, request: runtime_pb2.ListRequest) -> runtime_pb2.ListResponse:  # noqa: N802
-        """Read every execution."""
+        """Read every execution's id, state, exit code and error (output: use Status)."""
         return runtime_pb2.ListResponse(
             entries=[_status_message(s) for s in self._executions.list()]
         )

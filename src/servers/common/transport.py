@@ -17,8 +17,10 @@ server-side :class:`purerpc.server.ConnectionHandler` does not honour the caller
 :class:`CallHandler` replaces that handler. Each call runs in its own trio cancel scope: a
 stream reset cancels exactly that call, a closed connection cancels all calls on it, and
 ``grpc-timeout`` bounds the call (DEADLINE_EXCEEDED). Undecodable requests are
-INVALID_ARGUMENT, unexpected exceptions INTERNAL, and every status message is shortened to fit
-:data:`MAX_STATUS_MESSAGE_BYTES` once encoded. The HTTP/2 and message framing stay purerpc's.
+INVALID_ARGUMENT, unexpected exceptions INTERNAL, and every status message is made valid
+UTF-8 and shortened to fit :data:`MAX_STATUS_MESSAGE_BYTES` once encoded. The HTTP/2 and
+message framing stay purerpc's; the per-call policy is ours because purerpc offers no hook
+for it (its handler's stream-reset and disconnect handling cannot be configured).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from purerpc.wrappers import (
     call_server_unary_unary,
 )
 
+from servers.common.validation import valid_text
+
 log = logging.getLogger("servers.transport")
 
 #: a status message is cut so that its percent-encoded form (the ``grpc-message`` trailer)
@@ -67,10 +71,11 @@ def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> s
     """Return ``message``, cut (with a marker) so its percent-encoding has at most ``limit`` bytes.
 
     Args:
-        message: the status detail.
+        message: the status detail (anything UTF-8 cannot encode becomes ``?``).
         limit: the bound of ``urllib.parse.quote(message, safe="")`` in bytes (as purerpc
             encodes the ``grpc-message`` trailer).
     """
+    message = valid_text(message)
     if len(urllib.parse.quote(message, safe="")) <= limit:
         return message
     budget = limit - len(urllib.parse.quote(_CUT_MARKER, safe=""))
@@ -94,15 +99,6 @@ class _ResetAwareConnection(GRPCConnection):  # type: ignore[misc]
         self.message_read_buffers.pop(event.stream_id, None)
         self._on_reset(event.stream_id)
         return []
-
-    def _data_received(self, event: h2.events.DataReceived) -> list[Any]:
-        if event.stream_id not in self.message_read_buffers:
-            # data racing a reset (or after the end of the request): purerpc would raise
-            # KeyError here and drop the whole connection; answering the frame is enough.
-            self.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
-            return []
-        result: list[Any] = super()._data_received(event)
-        return result
 
 
 class _CallSocket(GRPCProtoSocket):  # type: ignore[misc]

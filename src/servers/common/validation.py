@@ -165,10 +165,22 @@ def is_json_media_type(content_type: str) -> bool:
     return media_type in ("", "application/json") or media_type.endswith("+json")
 
 
+def valid_text(text: str) -> str:
+    """Return ``text`` with what UTF-8 cannot encode (lone surrogates) replaced by ``?``.
+
+    Handler exception messages can hold lone surrogates (e.g. decoded from JSON); protobuf
+    strings and gRPC status messages must be valid UTF-8.
+    """
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def bound_text(text: str, limit_bytes: int = limits.MAX_ERROR_TEXT_BYTES) -> str:
-    """Cut ``text`` to at most ``limit_bytes`` UTF-8 bytes, marking the cut with ``...``."""
-    data = text.encode()
+    """Cut ``text`` to at most ``limit_bytes`` UTF-8 bytes, marking the cut with ``...``.
+
+    The result is always valid UTF-8 text (see :func:`valid_text`).
+    """
+    data = text.encode("utf-8", "replace")
     if len(data) <= limit_bytes:
-        return text
+        return data.decode("utf-8")
     marker = " ...[truncated]"
     return data[: limit_bytes - len(marker)].decode(errors="ignore") + marker

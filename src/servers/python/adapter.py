@@ -31,7 +31,7 @@ from servers.common.adapter import (
     RegistrationFailed,
 )
 from servers.common.executions import minimal_env
-from servers.common.validation import bound_text, is_json_media_type
+from servers.common.validation import bound_text, is_json_media_type, valid_text
 from servers.python import framing
 from servers.python.handler_log import HandlerOutputLog
 
@@ -216,7 +216,9 @@ class PythonWorker:
                 return InvokeResult(output=body, content_type="application/json", outputs=outputs)
             elif kind == framing.ERROR:
                 error = json.loads(body)
-                raise InvocationError(str(error["type"]), bound_text(str(error["message"])))
+                raise InvocationError(
+                    valid_text(str(error["type"])), bound_text(str(error["message"]))
+                )
             elif kind == framing.BAD_INPUT:
                 raise InvalidInput(body.decode("utf-8", "replace"))
             else:

@@ -5,11 +5,13 @@ working directory (see :mod:`servers.python.adapter`). Imports only cheap standa
 modules (no trio, not even ``typing``), so it starts in about 25 ms and stays near 11 MiB.
 
 Pipes: frames arrive on the original stdin and leave on the original stdout (both are
-duplicated to private descriptors first). Descriptor 0 then reads ``/dev/null`` and
-descriptor 1 joins descriptor 2 (the server's stderr), so nothing the handler or its
-children write at the descriptor level can corrupt the protocol. ``sys.stdout`` and
-``sys.stderr`` become line-buffered frame writers: what the handler prints reaches the
-server's structured log, tagged with the Run UID and invocation ID, never the output.
+duplicated to private descriptors first). Descriptor 0 then reads ``/dev/null``, and
+descriptors 1 and 2 both become one private pipe, so nothing the handler or its children
+write at the descriptor level can corrupt the protocol. ``sys.stdout`` and ``sys.stderr``
+become line-buffered frame writers, and a reader thread forwards the pipe's lines as
+``STDERR`` frames: everything the handler prints, through Python or through a descriptor (C
+code, child processes), reaches the server's structured log tagged with the Run UID and
+invocation ID, never the output and never a raw line in the server's JSON log stream.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import select
 import sys
 import threading
 from collections.abc import Callable
@@ -120,6 +123,71 @@ class _BinaryWriter:
         self._text.flush()
 
 
+class _RawOutput:
+    """Descriptors 1 and 2 of the worker: one pipe whose lines become ``STDERR`` frames.
+
+    A daemon thread forwards whatever arrives while the handler runs (so a child process can
+    write any amount without blocking on a full pipe); :meth:`flush`, called before a call's
+    result is sent, forwards what is left under the same lock, so every line written during
+    a call is logged with that call's invocation ID.
+    """
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 1)
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        self._fd = read_fd
+        self._lock = threading.Lock()
+        self._pending = b""
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        try:
+            open_ = True
+            while open_:
+                poller.poll()
+                with self._lock:
+                    open_ = self._forward()
+        except OSError:  # the server closed the protocol pipe: the worker is going away
+            return
+
+    def _forward(self) -> bool:
+        """Send the complete lines available now (caller holds the lock).
+
+        Returns:
+            False once every writer has closed the pipe (the handler closed descriptors 1
+            and 2 and no child holds them): nothing more can arrive.
+        """
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self._pending += data
+            head, newline, rest = self._pending.rpartition(b"\n")
+            if newline:
+                self._channel.send(framing.STDERR, head)
+                self._pending = rest
+            while len(self._pending) > _LOG_CHUNK_CHARS:
+                self._channel.send(framing.STDERR, self._pending[:_LOG_CHUNK_CHARS])
+                self._pending = self._pending[_LOG_CHUNK_CHARS:]
+
+    def flush(self) -> None:
+        """Send everything written so far, a last partial line included (main thread)."""
+        with self._lock:
+            self._forward()
+            if self._pending:
+                self._channel.send(framing.STDERR, self._pending)
+                self._pending = b""
+
+
 def _summary(exc: BaseException) -> str:
     """Exception line(s) first, then the innermost frames, within ``_MAX_TEXT`` characters."""
     import traceback  # only on failure: keeps the worker's start-up lean
@@ -148,7 +216,11 @@ def _load(handler: str) -> Callable[[object], object]:
 
 
 def _call(
-    channel: _Channel, function: Callable[[object], object], payload: bytes, max_output: int
+    channel: _Channel,
+    raw: _RawOutput,
+    function: Callable[[object], object],
+    payload: bytes,
+    max_output: int,
 ) -> None:
     # an empty input is passed as None (JSON null)
     try:
@@ -164,11 +236,11 @@ def _call(
         import traceback
 
         sys.stderr.write("".join(traceback.format_exception(exc)))
-        _flush()
+        _flush(raw)
         error = {"type": type(exc).__name__, "message": str(exc)[:_MAX_TEXT]}
         channel.send(framing.ERROR, json.dumps(error).encode())
         return
-    _flush()
+    _flush(raw)
     try:
         output = json.dumps(
             result, ensure_ascii=False, allow_nan=False, separators=(",", ":")
@@ -188,12 +260,14 @@ def _call(
     channel.send(framing.RESULT, output)
 
 
-def _flush() -> None:
+def _flush(raw: _RawOutput) -> None:
+    """Send what was printed so far, before the frame that ends a load or a call."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:  # a handler may have replaced the stream with anything
             pass
+    raw.flush()
 
 
 def main() -> None:
@@ -207,7 +281,7 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    os.dup2(2, 1)
+    raw = _RawOutput(channel)
     sys.stdout = _FrameWriter(channel, framing.STDOUT)  # type: ignore[assignment]
     sys.stderr = _FrameWriter(channel, framing.STDERR)  # type: ignore[assignment]
     if "" in sys.path:
@@ -216,13 +290,13 @@ def main() -> None:
     try:
         function = _load(handler)
     except BaseException as exc:
-        _flush()
+        _flush(raw)
         channel.send(framing.LOAD_FAILED, _summary(exc).encode("utf-8", "replace"))
         raise SystemExit(1) from None
-    _flush()
+    _flush(raw)
     channel.send(framing.READY)
     while (frame := channel.receive()) is not None:
         kind, payload = frame
         if kind == framing.CALL:
-            _call(channel, function, payload, max_output)
+            _call(channel, raw, function, payload, max_output)
     raise SystemExit(0)

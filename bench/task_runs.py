@@ -1,0 +1,177 @@
+"""Task Run benchmark on localkube: real control plane, real runtimed, real Bash Runtime Servers.
+
+Starts an in-process localkube (state in a temporary directory) with the CRDs and the
+control plane, creates a Runtime of ``--pods`` Pods x ``--capacity`` runs whose Runtime Server
+is ``kruntimes/bash-runtime`` (runtimed is the injected sidecar, a real process per Pod),
+waits until every Pod is Ready, then creates ``--runs`` trivial task Runs (``exit 0``) with
+at most ``--concurrency`` creates in flight, and waits until all are terminal.
+
+Completion is observed with a watch (an informer), so the benchmark adds no polling load
+to the in-process API server. Latencies come from status timestamps (microsecond RFC 3339, written by the scheduler and
+runtimed) and from the client's wall clock just before each create (``creationTimestamp``
+has whole-second precision, too coarse for these numbers):
+
+* schedule: create -> ``Scheduled`` condition ``lastTransitionTime`` (scheduler bind);
+* dispatch: bind -> ``startTime`` (runtimed claimed the Run);
+* execution: ``startTime`` -> ``completionTime`` (prepare, Execute, run, observe, write);
+* complete: create -> ``completionTime``;
+* Runs/s: runs / (last ``completionTime`` - first create).
+
+Targets (issue 6): complete p50 under 150 ms and over 40 Runs/s on this machine (published
+Go kruntimes figure on kind: p50 580 ms, 11.3 Runs/s).
+
+Usage: ``.venv/bin/python bench/task_runs.py [--runs 50] [--pods 2] [--capacity 64]
+[--concurrency 25] [--json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# bench/ holds a localkube.py of its own: keep it from shadowing the localkube package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+sys.path.append(str(ROOT / "tests" / "runtimed"))
+
+import trio  # noqa: E402
+from runtimed_cluster import (  # noqa: E402
+    NS,
+    running_cluster,
+    runtime_manifest,
+    task_run,
+    wait_runtime_ready,
+)
+
+from krt.api.times import parse_time  # noqa: E402
+from krt.kube.informer import Informer, InformerEvent  # noqa: E402
+from krt.kube.resources import RUNS, RUNTIMES  # noqa: E402
+
+TERMINAL = {"Succeeded", "Failed", "Timeout", "Cancelled"}
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+def _scheduled_at(status: dict[str, Any]) -> datetime:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Scheduled" and condition.get("status") == "True":
+            return parse_time(condition["lastTransitionTime"])
+    raise ValueError("no Scheduled=True condition")
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="krt-bench-") as tmp:
+        async with running_cluster(Path(tmp) / "state") as cluster:
+            kube = cluster.kube
+            await kube.create(
+                RUNTIMES,
+                runtime_manifest("bash", kind="bash", replicas=args.pods, runs=args.capacity),
+            )
+            await wait_runtime_ready(kube, "bash", args.pods, within=120)
+            await trio.sleep(1.0)  # let heartbeats and the scheduler's caches settle
+            created: dict[str, datetime] = {}
+            finished: dict[str, dict[str, Any]] = {}
+            all_done = trio.Event()
+            informer = Informer(kube, RUNS, namespace=NS)
+
+            def on_run(event: InformerEvent) -> None:
+                status = event.obj.get("status") or {}
+                if status.get("phase") in TERMINAL:
+                    finished[event.obj["metadata"]["name"]] = event.obj
+                    if len(finished) >= args.runs:
+                        all_done.set()
+
+            informer.add_handler(on_run)
+            limiter = trio.CapacityLimiter(args.concurrency)
+
+            async def create(index: int) -> None:
+                async with limiter:
+                    name = f"bench-{index:04d}"
+                    created[name] = datetime.now(UTC)
+                    await kube.create(RUNS, task_run(name, "bash", "exit 0\n"))
+
+            async with trio.open_nursery() as nursery:
+                await nursery.start(informer.run)
+                async with trio.open_nursery() as creators:
+                    for index in range(args.runs):
+                        creators.start_soon(create, index)
+                with trio.fail_after(300):
+                    await all_done.wait()
+                nursery.cancel_scope.cancel()
+            items = list(finished.values())
+    phases: dict[str, int] = {}
+    schedule, dispatch, execution, complete = [], [], [], []
+    completions = []
+    for run in items:
+        status = run["status"]
+        phases[status["phase"]] = phases.get(status["phase"], 0) + 1
+        created_at = created[run["metadata"]["name"]]
+        bound = _scheduled_at(status)
+        started = parse_time(status["startTime"])
+        finished = parse_time(status["completionTime"])
+        completions.append(finished)
+        schedule.append((bound - created_at).total_seconds() * 1000)
+        dispatch.append((started - bound).total_seconds() * 1000)
+        execution.append((finished - started).total_seconds() * 1000)
+        complete.append((finished - created_at).total_seconds() * 1000)
+    span = (max(completions) - min(created.values())).total_seconds()
+
+    def summary(values: list[float]) -> dict[str, float]:
+        return {
+            "p50_ms": round(statistics.median(values), 1),
+            "p95_ms": round(percentile(values, 0.95), 1),
+        }
+
+    return {
+        "runs": args.runs,
+        "pods": args.pods,
+        "capacity": args.capacity,
+        "concurrency": args.concurrency,
+        "phases": phases,
+        "schedule": summary(schedule),
+        "dispatch": summary(dispatch),
+        "execution": summary(execution),
+        "complete": summary(complete),
+        "runs_per_second": round(args.runs / span, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--pods", type=int, default=2)
+    parser.add_argument("--capacity", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=25)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    result = trio.run(bench, args)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"{result['runs']} task Runs on {result['pods']} Runtime Pods x capacity "
+        f"{result['capacity']}, {result['concurrency']} concurrent creates: {result['phases']}"
+    )
+    for field in ("schedule", "dispatch", "execution", "complete"):
+        print(
+            f"  {field:<10} p50 {result[field]['p50_ms']:>8.1f} ms   p95 {result[field]['p95_ms']:>8.1f} ms"
+        )
+    print(f"  throughput {result['runs_per_second']:.1f} Runs/s")
+    print(
+        "  targets: complete p50 < 150 ms, > 40 Runs/s (Go kruntimes on kind: 580 ms, 11.3 Runs/s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The bearer token ``krt invoke`` sends to the gateway (seed 000, Authentication).
+
+The gateway (through runtimed) authorizes the caller with a SelfSubjectAccessReview made with
+the caller's own token, which must be valid for the Kubernetes API audience. So the token is
+the one the kubeconfig authenticates with:
+
+1. the kubeconfig's (or in-cluster ServiceAccount's) bearer token, as kr8s loaded it (static
+   ``token``, ``tokenFile``, exec plugins, OIDC ``id-token``);
+2. where there is none (client-certificate users, e.g. kind's admin), a short-lived token
+   from a TokenRequest (``serviceaccounts/{name}/token``) for ``--service-account``, or for
+   the current identity when a SelfSubjectReview shows it is a ServiceAccount.
+
+Tokens are never printed or logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from krt.cli.exitcodes import ExitCode
+from krt.cli.failures import CommandFailed
+from krt.kube.client import Kube
+from krt.kube.errors import ApiError
+from krt.kube.resources import SERVICEACCOUNTS, ResourceRef
+
+SELFSUBJECTREVIEWS = ResourceRef(
+    "authentication.k8s.io", "v1", "selfsubjectreviews", False, "SelfSubjectReview"
+)
+#: Lifetime asked for a TokenRequest token (seconds; the API's minimum is 600).
+TOKEN_SECONDS = 600
+SERVICEACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+@dataclass(frozen=True)
+class ServiceAccountRef:
+    """A ServiceAccount to request a token for."""
+
+    namespace: str
+    name: str
+
+
+def parse_service_account(text: str, default_namespace: str) -> ServiceAccountRef:
+    """Read ``NAME`` or ``NAMESPACE/NAME`` (or ``system:serviceaccount:NS:NAME``).
+
+    Raises:
+        ValueError: empty parts.
+    """
+    if text.startswith(SERVICEACCOUNT_PREFIX):
+        namespace, _, name = text[len(SERVICEACCOUNT_PREFIX) :].partition(":")
+    elif "/" in text:
+        namespace, _, name = text.partition("/")
+    else:
+        namespace, name = default_namespace, text
+    if not namespace or not name:
+        raise ValueError(f"{text!r} is not NAME, NAMESPACE/NAME or system:serviceaccount:NS:NAME")
+    return ServiceAccountRef(namespace, name)
+
+
+def kubeconfig_token(kube: Kube) -> str | None:
+    """The bearer token the client authenticates with, or None (client certificates)."""
+    token = getattr(kube.api.auth, "token", None)
+    return token.strip() if isinstance(token, str) and token.strip() else None
+
+
+async def current_service_account(kube: Kube) -> ServiceAccountRef | None:
+    """Who am I (SelfSubjectReview)? The ServiceAccount, or None for another kind of user.
+
+    Raises:
+        ApiError: the review failed (e.g. 403 on clusters older than 1.28).
+    """
+    review = await kube.request(
+        "POST",
+        SELFSUBJECTREVIEWS,
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+    )
+    username = str(((review.get("status") or {}).get("userInfo") or {}).get("username") or "")
+    if not username.startswith(SERVICEACCOUNT_PREFIX):
+        return None
+    return parse_service_account(username, "")
+
+
+async def request_token(kube: Kube, account: ServiceAccountRef) -> str:
+    """A TokenRequest for ``account`` (API audience, :data:`TOKEN_SECONDS`).
+
+    Raises:
+        ApiError: e.g. 403 when RBAC does not allow ``create serviceaccounts/token``,
+            404 for an unknown ServiceAccount.
+    """
+    answer = await kube.request(
+        "POST",
+        SERVICEACCOUNTS,
+        namespace=account.namespace,
+        name=account.name,
+        subresource="token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": TOKEN_SECONDS},
+        },
+    )
+    token = (answer.get("status") or {}).get("token")
+    if not isinstance(token, str) or not token:
+        raise CommandFailed(
+            ExitCode.SERVER_ERROR,
+            f"TokenRequest for {account.namespace}/{account.name} returned no token",
+        )
+    return token
+
+
+async def invoke_token(kube: Kube, *, service_account: ServiceAccountRef | None) -> str:
+    """Choose the bearer token for an invocation (see the module docstring for the order).
+
+    Args:
+        kube: the client connected with the user's kubeconfig.
+        service_account: ``--service-account``; used only when the kubeconfig has no token.
+
+    Returns:
+        The token.
+
+    Raises:
+        CommandFailed: no token can be had (exit code 4, with what to do about it), or a
+            TokenRequest was refused.
+    """
+    token = kubeconfig_token(kube)
+    if token is not None:
+        return token
+    account = service_account
+    if account is None:
+        try:
+            account = await current_service_account(kube)
+        except ApiError:
+            account = None
+    if account is None:
+        raise CommandFailed(
+            ExitCode.UNAUTHENTICATED,
+            "the kubeconfig authenticates without a bearer token (client certificate?), and the "
+            "gateway needs one: pass --service-account NAMESPACE/NAME to use a TokenRequest "
+            "token of a ServiceAccount allowed to get the Run",
+        )
+    try:
+        return await request_token(kube, account)
+    except ApiError as exc:
+        raise CommandFailed(
+            ExitCode.UNAUTHENTICATED if exc.code in (401, 403, 404) else ExitCode.SERVER_ERROR,
+            f"cannot get a token for ServiceAccount {account.namespace}/{account.name}: "
+            f"{exc.message or exc}",
+        ) from exc

@@ -1,0 +1,174 @@
+"""``krt function create``: register a handler as a function Run and wait until it is Ready.
+
+Seed 001 function mode: ``spec.mode.function.handler`` (``module.function``) in the uploaded
+``--file`` (``spec.source.inline`` written to ``inlinePath``), ``idleTimeoutSeconds`` from
+``--idle-timeout``, ``spec.timeout`` from ``--timeout`` (the reservation's lifetime). The
+command waits for phase Ready (seed 000: registered and accepting invokes) and prints
+``status.endpoint.url``; if the Run ends instead, it prints why and exits 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from krt.api.phases import Phase, WaitTarget, phase_of
+from krt.cli.connection import KubeTarget, kube_options, open_kube
+from krt.cli.exitcodes import ExitCode, epilog
+from krt.cli.failures import CommandFailed, describe_api_error, run_async
+from krt.cli.lookup import now
+from krt.cli.manifests import CommonSpec, function_run
+from krt.cli.params import (
+    Duration,
+    check_env,
+    check_handler,
+    check_run_name,
+    output_option,
+    read_source,
+)
+from krt.cli.printing import OutputFormat, render_objects
+from krt.cli.run_cmd import common_options
+from krt.cli.waiting import Progress, target_reached, time_limit, wait_with_progress
+from krt.kube.errors import ApiError
+from krt.kube.resources import RUNS
+
+Obj = dict[str, Any]
+#: Default bound on waiting for Ready (seconds).
+DEFAULT_READY_TIMEOUT = 300.0
+
+
+@click.group("function")
+def function_group() -> None:
+    """Function Runs: a fixed handler registered once, then invoked many times."""
+
+
+@function_group.command(
+    "create",
+    epilog="""\b
+Examples:
+  krt function create summarize --runtime python --handler main.invoke --file main.py
+  krt function create labeler --runtime python --handler krm.transform --file krm.py \\
+          --idle-timeout 10m --timeout 1h --env LABEL=team-a
+  krt function create greet --runtime bash --handler greet.handle --file greet.sh
+\b
+Then: krt invoke summarize -d '{"text": "..."}'
+"""
+    + "\n"
+    + epilog(),
+)
+@click.argument("name")
+@click.option("--runtime", "-r", required=True, help="The Runtime to register on (python, bash).")
+@click.option(
+    "--handler",
+    required=True,
+    help="module.function in --file, e.g. main.invoke for def invoke(request) in main.py.",
+)
+@click.option(
+    "-f",
+    "--file",
+    "file",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, readable=True, path_type=Path),
+    help="The handler's source file.",
+)
+@click.option(
+    "--idle-timeout",
+    type=Duration(),
+    default=None,
+    help="End the function after this long without invocations, e.g. 10m.",
+)
+@common_options
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until Ready.")
+@click.option(
+    "--wait-timeout",
+    type=Duration(),
+    default=DEFAULT_READY_TIMEOUT,
+    show_default="5m",
+    help="Bound on waiting for Ready (exit 7).",
+)
+@output_option("url", "json", "yaml", "name", default="url")
+@kube_options
+def create_cmd(
+    target: KubeTarget,
+    name: str,
+    runtime: str,
+    handler: str,
+    file: Path,
+    idle_timeout: float | None,
+    env: tuple[tuple[str, str], ...],
+    timeout: float | None,
+    retries: int | None,
+    backoff: float | None,
+    ttl: float | None,
+    wait: bool,
+    wait_timeout: float,
+    output: str,
+) -> None:
+    """Create a function Run, wait until it is Ready, and print its endpoint URL."""
+    check_run_name(name)
+    source = read_source(file)
+    check_handler(handler, file=file, source=source)
+    common = CommonSpec(
+        runtime=runtime,
+        env=check_env(env),
+        timeout_seconds=timeout,
+        ttl_seconds=ttl,
+        retries=retries,
+        backoff_seconds=backoff,
+    )
+
+    async def main() -> None:
+        async with open_kube(target) as kube:
+            manifest = function_run(
+                name=name,
+                namespace=kube.namespace,
+                common=common,
+                source=source,
+                source_path=file.name,
+                handler=handler,
+                idle_timeout_seconds=idle_timeout,
+            )
+            try:
+                created = await kube.create(RUNS, manifest)
+            except ApiError as exc:
+                raise describe_api_error(exc, f"creating function {name}") from exc
+            if not wait:
+                _print(created, output)
+                return
+            click.echo(f"run.kruntimes.io/{name} created; waiting for Ready", err=True)
+            with time_limit(
+                wait_timeout, f"function {name} did not become Ready (see krt describe {name})"
+            ):
+                final = await wait_with_progress(
+                    kube,
+                    kube.namespace,
+                    name,
+                    lambda o: target_reached(o, WaitTarget.READY),
+                    Progress(name),
+                )
+        status = final.get("status") or {}
+        phase = phase_of(status.get("phase"))
+        if phase is not Phase.READY:
+            why = "; ".join(str(status[k]) for k in ("reason", "message") if status.get(k))
+            raise CommandFailed(
+                ExitCode.RUN_UNSUCCESSFUL,
+                f"function {name} ended {phase.value} instead of becoming Ready"
+                + (f": {why}" if why else "")
+                + f" (see krt describe {name} and krt logs {name} --runtimed)",
+            )
+        click.echo(f"function {name} is Ready", err=True)
+        _print(final, output)
+
+    run_async(main)
+    sys.exit(0)
+
+
+def _print(run: Obj, output: str) -> None:
+    if output == "url":
+        url = ((run.get("status") or {}).get("endpoint") or {}).get("url")
+        click.echo(url or f"run.kruntimes.io/{run['metadata']['name']} (no endpoint yet)")
+        return
+    click.echo(render_objects([run], OutputFormat(output), plural="runs", now=now(), single=True))

@@ -1,0 +1,323 @@
+"""``krt invoke``'s HTTP part: one POST to a function endpoint, and reading the answer.
+
+Seed 000, Invoke Contract, and docs/gateway.md: ``POST <status.endpoint.url>`` with
+``Authorization: Bearer``, ``Content-Type: application/json``, ``X-Kruntime-Invocation-ID``
+(optional) and ``X-Kruntime-Timeout`` (milliseconds). TLS is verified against the Run's
+``status.endpoint.caBundle`` when it has one, else against the system roots. The client never
+retries an invocation (seed 000: no retry after dispatch).
+
+``--gateway-url`` replaces the endpoint's scheme, host and port (the path stays) to reach the
+gateway from outside a cluster, e.g. through ``kubectl port-forward``; TLS still checks the
+certificate against the endpoint's own host name (sent as SNI), so the gateway's certificate
+needs no extra names.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import trio
+
+from krt.cli.exitcodes import ExitCode, for_http_status
+from krt.cli.failures import CommandFailed, one_line
+
+INVOCATION_ID_HEADER: Final = "X-Kruntime-Invocation-ID"
+TIMEOUT_HEADER: Final = "X-Kruntime-Timeout"
+OUTPUTS_HEADER: Final = "X-Kruntime-Outputs"
+#: Seed 000: request bodies are limited to 1 MiB.
+MAX_BODY_BYTES: Final = 1024 * 1024
+#: Seed 000: invocation IDs are limited to 128 bytes (visible ASCII per docs/gateway.md).
+MAX_INVOCATION_ID_BYTES: Final = 128
+#: Seconds the client waits beyond the invocation timeout for the gateway's own 504.
+CLIENT_GRACE_SECONDS: Final = 5.0
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One invoke request.
+
+    Attributes:
+        url: where to POST (the endpoint URL, possibly with ``--gateway-url`` applied).
+        body: the JSON request body (bytes, already validated).
+        token: the bearer token.
+        ca_bundle: PEM trust bundle (``status.endpoint.caBundle``), or None for system roots.
+        tls_server_name: host name the certificate must match (and SNI), or None for the
+            URL's host.
+        invocation_id: the caller's ID, or None to let the gateway generate one.
+        timeout_seconds: the invocation timeout sent as ``X-Kruntime-Timeout``, or None for
+            the gateway's default.
+    """
+
+    url: str
+    body: bytes
+    token: str
+    ca_bundle: bytes | None = None
+    tls_server_name: str | None = None
+    invocation_id: str | None = None
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class InvokeResult:
+    """The gateway's answer.
+
+    Attributes:
+        status: HTTP status code.
+        body: the response body (the function's output on 200).
+        invocation_id: ``X-Kruntime-Invocation-ID`` of the response.
+        outputs: ``X-Kruntime-Outputs`` decoded, or None.
+        latency_seconds: request sent to response read (seconds).
+        error: the error body's ``error`` object on a non-200 answer (may be empty).
+        retry_after: ``Retry-After`` (seconds) when sent.
+    """
+
+    status: int
+    body: bytes
+    invocation_id: str | None
+    outputs: dict[str, Any] | None
+    latency_seconds: float
+    error: dict[str, Any] = field(default_factory=dict)
+    retry_after: str | None = None
+
+
+def check_invocation_id(value: str) -> str:
+    """Check ``--invocation-id`` as the gateway will (<= 128 bytes, visible ASCII).
+
+    Raises:
+        ValueError: with what is wrong.
+    """
+    if not value:
+        raise ValueError("must not be empty")
+    if len(value.encode()) > MAX_INVOCATION_ID_BYTES:
+        raise ValueError(f"is {len(value.encode())} bytes, over the limit of 128")
+    if not all(0x21 <= ord(c) <= 0x7E for c in value):
+        raise ValueError("must be visible ASCII characters (no spaces)")
+    return value
+
+
+def check_body(data: bytes, source: str) -> bytes:
+    """Check an invoke body: valid JSON (RFC 8259, UTF-8) of at most 1 MiB.
+
+    Args:
+        data: the bytes to send.
+        source: where they came from, for the message (``-d``, ``@file``, ``stdin``).
+
+    Raises:
+        ValueError: with a message naming the problem and position.
+    """
+    if len(data) > MAX_BODY_BYTES:
+        raise ValueError(f"{source}: {len(data)} bytes exceed the 1 MiB invoke limit")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{source}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if text.startswith("\ufeff"):
+        raise ValueError(f"{source}: JSON must not start with a byte order mark")
+
+    def reject(constant: str) -> Any:
+        raise ValueError(f"{source}: {constant} is not valid JSON")
+
+    try:
+        json.loads(text, parse_constant=reject)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{source}: invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise ValueError(f"{source}: JSON nested too deeply") from None
+    return data
+
+
+def override_base(url: str, gateway_url: str) -> tuple[str, str | None]:
+    """Apply ``--gateway-url``: its scheme, host and port with the endpoint's path.
+
+    Args:
+        url: the endpoint URL.
+        gateway_url: e.g. ``https://127.0.0.1:8443``.
+
+    Returns:
+        ``(new_url, tls_server_name)``: the host the certificate must match (the endpoint's),
+        or None when the host did not change.
+
+    Raises:
+        ValueError: ``gateway_url`` is not an absolute http(s) URL without path, query or
+            fragment.
+    """
+    parts = urlsplit(gateway_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{gateway_url!r} is not an absolute http(s) URL")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{gateway_url!r} must be scheme://host[:port] only")
+    original = urlsplit(url)
+    new = urlunsplit((parts.scheme, parts.netloc, original.path, original.query, ""))
+    server_name = original.hostname if original.hostname != parts.hostname else None
+    return new, server_name
+
+
+def _ssl_context(ca_bundle: bytes | None) -> ssl.SSLContext:
+    if ca_bundle:
+        try:
+            return ssl.create_default_context(cadata=ca_bundle.decode("ascii"))
+        except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+            raise CommandFailed(
+                ExitCode.SERVER_ERROR, f"status.endpoint.caBundle is not a usable PEM bundle: {exc}"
+            ) from exc
+    return ssl.create_default_context()
+
+
+async def post(invocation: Invocation) -> InvokeResult:
+    """Send one invocation and read the answer (never retried).
+
+    The call is bounded by the invocation timeout plus :data:`CLIENT_GRACE_SECONDS` (so the
+    gateway's own 504 normally arrives first); without ``timeout_seconds`` the caller bounds
+    it.
+
+    Raises:
+        CommandFailed: the gateway could not be reached or TLS failed (exit 6), or the
+            client-side deadline passed (exit 7).
+    """
+    headers = {
+        "Authorization": f"Bearer {invocation.token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+    }
+    if invocation.invocation_id:
+        headers[INVOCATION_ID_HEADER] = invocation.invocation_id
+    if invocation.timeout_seconds is not None:
+        headers[TIMEOUT_HEADER] = str(max(1, round(invocation.timeout_seconds * 1000)))
+    extensions = {}
+    if invocation.tls_server_name:
+        extensions["sni_hostname"] = invocation.tls_server_name
+    verify: ssl.SSLContext | bool = (
+        _ssl_context(invocation.ca_bundle) if invocation.url.startswith("https:") else False
+    )
+    deadline = (
+        invocation.timeout_seconds + CLIENT_GRACE_SECONDS
+        if invocation.timeout_seconds is not None
+        else float("inf")
+    )
+    where = urlsplit(invocation.url).netloc
+    # httpx's own timeouts are off (timeout=None): trio.move_on_after bounds the call.
+    async with httpx.AsyncClient(verify=verify, timeout=None, trust_env=False) as client:
+        started = trio.current_time()
+        with trio.move_on_after(deadline) as scope:
+            try:
+                response = await client.post(
+                    invocation.url, content=invocation.body, headers=headers, extensions=extensions
+                )
+            except httpx.ConnectError as exc:
+                raise CommandFailed(
+                    ExitCode.UNREACHABLE,
+                    f"cannot connect to the gateway at {where}: {_reason(exc)} "
+                    "(outside the cluster? use --gateway-url with kubectl port-forward)",
+                ) from exc
+            except httpx.TransportError as exc:
+                raise CommandFailed(
+                    ExitCode.UNREACHABLE,
+                    f"the connection to the gateway at {where} failed: {_reason(exc)} "
+                    "(the invocation may or may not have run; it is not retried)",
+                ) from exc
+        if scope.cancelled_caught:
+            raise CommandFailed(
+                ExitCode.TIMED_OUT,
+                f"no answer from the gateway within {deadline:g}s (the invocation may still "
+                "be running; it is not retried)",
+            )
+        latency = trio.current_time() - started
+    return _result(response, latency)
+
+
+def _reason(exc: BaseException) -> str:
+    """The most telling text in an exception chain (TLS verification named as such)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for item in chain:
+        if isinstance(item, ssl.SSLCertVerificationError):
+            return one_line(
+                f"TLS certificate verification failed: CERTIFICATE_VERIFY_FAILED "
+                f"({item.verify_message}); the gateway's certificate does not chain to "
+                "status.endpoint.caBundle or does not name the endpoint host",
+                400,
+            )
+    texts = [str(item) for item in chain if str(item)]
+    return one_line(texts[-1] if texts else type(exc).__name__, 300)
+
+
+def _result(response: httpx.Response, latency: float) -> InvokeResult:
+    outputs: dict[str, Any] | None = None
+    raw_outputs = response.headers.get(OUTPUTS_HEADER)
+    if raw_outputs:
+        try:
+            decoded = json.loads(raw_outputs)
+            outputs = decoded if isinstance(decoded, dict) else None
+        except ValueError:
+            outputs = None
+    error: dict[str, Any] = {}
+    if response.status_code != 200:
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+            error = payload["error"]
+        elif response.text:
+            error = {"message": one_line(response.text, 300)}
+    return InvokeResult(
+        status=response.status_code,
+        body=response.content,
+        invocation_id=response.headers.get(INVOCATION_ID_HEADER),
+        outputs=outputs,
+        latency_seconds=latency,
+        error=error,
+        retry_after=response.headers.get("Retry-After"),
+    )
+
+
+#: What to do about each error status (appended to the one-line message).
+_ADVICE: Final[dict[int, str]] = {
+    400: "the gateway rejected the request",
+    401: "the token was rejected: check the kubeconfig's credentials (or --service-account)",
+    403: "RBAC does not allow you to get this Run: ask for 'get' on runs.kruntimes.io",
+    404: "the function no longer exists (deleted or re-created): check krt get",
+    413: "the request body exceeds 1 MiB",
+    415: "the gateway only accepts application/json",
+    429: "another invocation of this function is in flight; retry when it finishes",
+    503: "the function is not available right now; retry later",
+    504: "the invocation timed out; raise --timeout or make the handler faster",
+}
+
+
+def failure_for(result: InvokeResult) -> CommandFailed:
+    """The exit code and one-line message for a non-200 answer."""
+    reason = str(result.error.get("reason") or "")
+    message = one_line(str(result.error.get("message") or ""), 600)
+    code = for_http_status(result.status, reason)
+    parts = [f"HTTP {result.status}"]
+    if reason:
+        parts.append(reason)
+    text = " ".join(parts)
+    if message:
+        text += f": {message}"
+    advice = _ADVICE.get(result.status)
+    if result.status == 500:
+        advice = (
+            "the function's handler raised; see krt logs"
+            if code is ExitCode.HANDLER_ERROR
+            else "the gateway or runtime failed; see the gateway and runtimed logs"
+        )
+    if advice:
+        text += f" ({advice}"
+        if result.retry_after and result.status in (429, 503):
+            text += f"; Retry-After {result.retry_after}s"
+        text += ")"
+    if result.invocation_id:
+        text += f" [invocation {result.invocation_id}]"
+    return CommandFailed(code, text)

@@ -1,0 +1,200 @@
+"""A Run's logs: the runtimed container log of its Pod, filtered by the Run's UID.
+
+runtimed writes JSON lines (``src/runtimed/logs.py``); every record about a Run carries
+``run_uid`` and ``attempt``, and a task's stdout/stderr lines carry ``stream`` too (issue 6:
+output goes to logs, never to ``Run.status``). ``krt logs`` reads
+``pods/{assignedPod}/log?container=runtimed`` and prints the Run's output lines (stdout lines
+to stdout, stderr lines to stderr); ``--runtimed`` adds runtimed's own records about the Run.
+
+Following (``-f``, ``krt run --follow``) streams the log of the Pod the Run is assigned to,
+switches Pods when a retry moves the Run, and stops once the Run is terminal and the log has
+been quiet for :data:`SETTLE_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from krt.api.phases import is_terminal, phase_of
+from krt.kube.client import Kube
+from krt.kube.errors import ApiError, ConnectionFailed, error_from_status
+from krt.kube.resources import PODS
+
+#: The container runtimed runs in (``krt.controlplane.naming.RUNTIMED_CONTAINER_NAME``).
+RUNTIMED_CONTAINER = "runtimed"
+#: After the Run is terminal, stop following once no line came for this many seconds.
+SETTLE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a Run's log.
+
+    Attributes:
+        text: the line to print.
+        stream: ``stdout`` or ``stderr`` for task output, ``runtimed`` for a runtimed record.
+        attempt: the attempt it belongs to (0 when unknown).
+    """
+
+    text: str
+    stream: str
+    attempt: int = 0
+
+
+def parse_line(raw: str, run_uid: str) -> LogLine | None:
+    """Pick a runtimed log line about ``run_uid`` apart; None for other lines.
+
+    Args:
+        raw: one line of the container log (a JSON object; anything else is skipped).
+        run_uid: the Run's ``metadata.uid``.
+    """
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("run_uid") != run_uid:
+        return None
+    attempt = record.get("attempt")
+    attempt = attempt if isinstance(attempt, int) else 0
+    message = str(record.get("message", ""))
+    stream = record.get("stream")
+    if stream in ("stdout", "stderr"):
+        return LogLine(message, str(stream), attempt)
+    level = str(record.get("level", "info"))
+    return LogLine(
+        f"[runtimed {level}] {record.get('time', '')} {message}".rstrip(), "runtimed", attempt
+    )
+
+
+async def pod_log_lines(
+    kube: Kube, namespace: str, pod: str, *, follow: bool, container: str = RUNTIMED_CONTAINER
+) -> AsyncGenerator[str, None]:
+    """Yield the lines of a container's log (``GET pods/{pod}/log``).
+
+    Args:
+        kube: a connected client.
+        namespace: the Pod's namespace.
+        pod: the Pod name.
+        follow: keep streaming new lines (until the caller stops or the Pod ends).
+        container: the container.
+
+    Raises:
+        NotFound: the Pod is gone. BadRequest: the container has not started.
+        ApiError, ConnectionFailed: other failures.
+    """
+    namespace_part, url = PODS.url_parts(namespace, pod, "log")
+    params = {"container": container}
+    if follow:
+        params["follow"] = "true"
+    try:
+        # krt.kube has no streaming text verb (Kube.request decodes JSON); the log is read
+        # through the same kr8s session Kube wraps, with Kube's error mapping.
+        async with kube.api.call_api(
+            "GET",
+            version=PODS.api_version,
+            base=PODS.base,
+            namespace=namespace_part,
+            url=url,
+            params=params,
+            raise_for_status=False,
+            stream=True,
+        ) as response:
+            if response.status_code >= 400:
+                body = await response.aread()
+                try:
+                    decoded: object = json.loads(body)
+                except ValueError:
+                    decoded = body.decode(errors="replace")
+                raise error_from_status(response.status_code, decoded)
+            async for line in response.aiter_lines():
+                yield line
+    except (httpx.TransportError, OSError) as exc:
+        raise ConnectionFailed(f"log of pod {namespace}/{pod}: {exc!r}") from exc
+
+
+async def run_log_lines(
+    kube: Kube, namespace: str, pod: str, run_uid: str, *, follow: bool
+) -> AsyncGenerator[LogLine, None]:
+    """The lines of ``pod``'s runtimed log that belong to the Run ``run_uid``."""
+    async with aclosing(pod_log_lines(kube, namespace, pod, follow=follow)) as lines:
+        async for raw in lines:
+            parsed = parse_line(raw, run_uid)
+            if parsed is not None:
+                yield parsed
+
+
+async def follow_run_logs(
+    kube: Kube,
+    run: dict[str, Any],
+    emit: Callable[[LogLine], None],
+    *,
+    settle_seconds: float = SETTLE_SECONDS,
+) -> dict[str, Any]:
+    """Stream a Run's log lines to ``emit`` until it is terminal and its log is quiet.
+
+    Args:
+        kube: a connected client.
+        run: the Run as last read.
+        emit: called with each line, in order per Pod.
+        settle_seconds: quiet time after the Run became terminal before returning.
+
+    Returns:
+        The terminal Run.
+
+    Raises:
+        RunDeleted: the Run was deleted meanwhile. ApiError, ConnectionFailed: as usual.
+    """
+    from krt.cli.waiting import follow_run  # the watch loop lives there
+
+    meta = run["metadata"]
+    namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+    final: dict[str, Any] | None = None
+    # Once the Run is terminal, this scope's deadline is "settle_seconds after the last line".
+    settle = trio.CancelScope()
+
+    def on_line(line: LogLine) -> None:
+        if final is not None:
+            settle.deadline = trio.current_time() + settle_seconds
+        emit(line)
+
+    async def stream(
+        pod: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        while True:
+            try:
+                async with aclosing(run_log_lines(kube, namespace, pod, uid, follow=True)) as lines:
+                    async for line in lines:
+                        on_line(line)
+                return  # the Pod's log ended (container stopped)
+            except ConnectionFailed:
+                await trio.sleep(1.0)
+            except ApiError:  # container not started yet, or the Pod is gone
+                if final is not None:
+                    return
+                await trio.sleep(0.5)
+
+    async with trio.open_nursery() as nursery:
+        followed: set[str] = set()
+        async with aclosing(follow_run(kube, namespace, name)) as versions:
+            async for obj in versions:
+                pod = (obj.get("status") or {}).get("assignedPod")
+                if pod and pod not in followed:
+                    followed.add(pod)
+                    await nursery.start(stream, pod)
+                if is_terminal(phase_of((obj.get("status") or {}).get("phase"))):
+                    final = obj
+                    break
+        settle.deadline = trio.current_time() + settle_seconds
+        with settle:
+            await trio.sleep_forever()
+        nursery.cancel_scope.cancel()
+    assert final is not None
+    return final

@@ -1,0 +1,73 @@
+"""Reading Runs and Runtimes with messages that say what is missing and what to do.
+
+A 404 on a Run can mean the Run does not exist or that kruntimes' CRDs are not installed
+(the whole ``runs.kruntimes.io`` API is missing); the message tells the two apart.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from krt.cli.exitcodes import ExitCode
+from krt.cli.failures import CommandFailed
+from krt.kube.client import Kube
+from krt.kube.errors import NotFound
+from krt.kube.resources import RUNS, RUNTIMES, ResourceRef
+
+Obj = dict[str, Any]
+
+
+def not_installed(ref: ResourceRef) -> CommandFailed:
+    """The failure for a cluster without the kruntimes CRDs."""
+    return CommandFailed(
+        ExitCode.NOT_FOUND,
+        f"the cluster does not serve {ref.plural}.{ref.group}: kruntimes is not installed "
+        "(for a local cluster: krt dev up)",
+    )
+
+
+def _missing(exc: NotFound, ref: ResourceRef, name: str, namespace: str) -> CommandFailed:
+    if exc.details.get("name") != name:
+        return not_installed(ref)
+    hint = "krt list" if ref == RUNS else "krt runtime list"
+    return CommandFailed(
+        ExitCode.NOT_FOUND,
+        f'{ref.kind} "{name}" not found in namespace "{namespace}" (see {hint} -n {namespace})',
+    )
+
+
+async def get_object(kube: Kube, ref: ResourceRef, name: str, namespace: str) -> Obj:
+    """GET a Run or Runtime; a 404 becomes a :class:`CommandFailed` (exit 3).
+
+    Raises:
+        CommandFailed: not found, or kruntimes not installed.
+        ApiError, ConnectionFailed: other failures.
+    """
+    try:
+        return await kube.get(ref, name, namespace)
+    except NotFound as exc:
+        raise _missing(exc, ref, name, namespace) from exc
+
+
+async def list_objects(
+    kube: Kube, ref: ResourceRef, namespace: str | None, selector: str = ""
+) -> list[Obj]:
+    """LIST Runs or Runtimes (``namespace`` None: all namespaces), sorted by namespace/name.
+
+    Raises:
+        CommandFailed: kruntimes not installed.
+    """
+    try:
+        items, _ = await kube.list(ref, namespace, label_selector=selector)
+    except NotFound as exc:
+        raise not_installed(ref) from exc
+    return sorted(items, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+
+
+def now() -> datetime:
+    """The wall clock (UTC), for ages in tables."""
+    return datetime.now(UTC)
+
+
+__all__ = ["RUNS", "RUNTIMES", "get_object", "list_objects", "not_installed", "now"]

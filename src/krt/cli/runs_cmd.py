@@ -1,0 +1,384 @@
+"""``krt get|list|describe|logs|cancel|delete|wait``: the everyday verbs on Runs."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from krt.api.phases import Phase, WaitTarget, is_terminal, phase_of
+from krt.cli.connection import KubeTarget, kube_options, open_kube
+from krt.cli.describing import describe_run
+from krt.cli.exitcodes import ExitCode, epilog
+from krt.cli.failures import CommandFailed, run_async
+from krt.cli.logs import LogLine, follow_run_logs, run_log_lines
+from krt.cli.lookup import get_object, list_objects, now
+from krt.cli.params import Duration, check_run_name, output_option
+from krt.cli.printing import OutputFormat, render_objects
+from krt.cli.waiting import Progress, time_limit, wait_for_deletion, wait_with_progress
+from krt.kube.errors import ApiError, NotFound
+from krt.kube.resources import EVENTS, RUNS
+
+Obj = dict[str, Any]
+
+TABLE_FORMATS = ("table", "wide", "json", "yaml", "name")
+
+
+def _names(names: tuple[str, ...]) -> tuple[str, ...]:
+    for name in names:
+        check_run_name(name)
+    return names
+
+
+def print_runs(objs: list[Obj], output: str, *, single: bool) -> None:
+    """Echo Runs in the ``-o`` format."""
+    click.echo(render_objects(objs, OutputFormat(output), plural="runs", now=now(), single=single))
+
+
+@click.command(
+    "get",
+    epilog="""\b
+Examples:
+  krt get                      # all Runs in the namespace (same as krt list)
+  krt get my-run -o yaml       # one Run as YAML
+  krt get -A -o wide           # every namespace, with mode, reason and endpoint
+  krt get -l team=data -o name
+""",
+)
+@click.argument("names", nargs=-1)
+@output_option(*TABLE_FORMATS)
+@click.option("-A", "--all-namespaces", is_flag=True, help="List Runs in every namespace.")
+@click.option("-l", "--selector", default="", help="Label selector, e.g. app=etl.")
+@kube_options
+def get_cmd(
+    target: KubeTarget, names: tuple[str, ...], output: str, all_namespaces: bool, selector: str
+) -> None:
+    """Show Runs: NAME PHASE RUNTIME POD ATTEMPT AGE (all of them without NAMES)."""
+    show_runs(target, _names(names), output, all_namespaces, selector)
+
+
+def show_runs(
+    target: KubeTarget, names: tuple[str, ...], output: str, all_namespaces: bool, selector: str
+) -> None:
+    """``krt get`` / ``krt list``."""
+    if names and (all_namespaces or selector):
+        raise click.UsageError("give Run names or --all-namespaces/--selector, not both")
+
+    async def main() -> None:
+        async with open_kube(target) as kube:
+            if names:
+                objs = [await get_object(kube, RUNS, name, kube.namespace) for name in names]
+            else:
+                objs = await list_objects(
+                    kube, RUNS, None if all_namespaces else kube.namespace, selector
+                )
+                if not objs:
+                    where = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
+                    click.echo(f"No Runs found in {where}.", err=True)
+                    return
+        if all_namespaces and output in ("table", "wide"):
+            click.echo(_with_namespace(objs, output))
+            return
+        print_runs(objs, output, single=len(names) == 1)
+
+    run_async(main)
+
+
+def _with_namespace(objs: list[Obj], output: str) -> str:
+    """A table with a leading NAMESPACE column (``-A``)."""
+    text = render_objects(objs, OutputFormat(output), plural="runs", now=now(), single=False)
+    lines = text.splitlines()
+    width = max([len("NAMESPACE")] + [len(o["metadata"].get("namespace", "")) for o in objs])
+    out = ["NAMESPACE".ljust(width) + "   " + lines[0]]
+    for obj, line in zip(objs, lines[1:], strict=True):
+        out.append(obj["metadata"].get("namespace", "").ljust(width) + "   " + line)
+    return "\n".join(out)
+
+
+@click.command(
+    "list",
+    epilog="""\b
+Examples:
+  krt list
+  krt list -n team-a -o wide
+""",
+)
+@output_option(*TABLE_FORMATS)
+@click.option("-A", "--all-namespaces", is_flag=True, help="List Runs in every namespace.")
+@click.option("-l", "--selector", default="", help="Label selector, e.g. app=etl.")
+@kube_options
+def list_cmd(target: KubeTarget, output: str, all_namespaces: bool, selector: str) -> None:
+    """List Runs (the same as krt get without names)."""
+    show_runs(target, (), output, all_namespaces, selector)
+
+
+@click.command(
+    "describe",
+    epilog="""\b
+Examples:
+  krt describe my-run
+  krt describe my-function -n team-a
+""",
+)
+@click.argument("name")
+@kube_options
+def describe_cmd(target: KubeTarget, name: str) -> None:
+    """Show a Run in detail: spec, status, conditions and its Events."""
+    check_run_name(name)
+
+    async def main() -> None:
+        async with open_kube(target) as kube:
+            run = await get_object(kube, RUNS, name, kube.namespace)
+            uid = run["metadata"].get("uid", "")
+            try:
+                events, _ = await kube.list(
+                    EVENTS, kube.namespace, field_selector=f"involvedObject.uid={uid}"
+                )
+            except ApiError:
+                events = []  # e.g. no RBAC for events: show the Run anyway
+        click.echo(describe_run(run, events, now()))
+
+    run_async(main)
+
+
+def emit_line(line: LogLine) -> None:
+    """Print one log line: task stderr to stderr, everything else to stdout."""
+    click.echo(line.text, err=line.stream == "stderr")
+
+
+@click.command(
+    "logs",
+    epilog="""\b
+Examples:
+  krt logs my-run              # the task's stdout and stderr
+  krt logs -f my-run           # follow until the Run finishes
+  krt logs my-run --runtimed   # also runtimed's records about the Run
+""",
+)
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Stream until the Run finishes.")
+@click.option("--runtimed", is_flag=True, help="Include runtimed's own records about the Run.")
+@kube_options
+def logs_cmd(target: KubeTarget, name: str, follow: bool, runtimed: bool) -> None:
+    """Print a Run's output (from its Pod's runtimed log, filtered by the Run's UID)."""
+    check_run_name(name)
+
+    def emit(line: LogLine) -> None:
+        if runtimed or line.stream != "runtimed":
+            emit_line(line)
+
+    async def main() -> None:
+        async with open_kube(target) as kube:
+            run = await get_object(kube, RUNS, name, kube.namespace)
+            if follow:
+                await follow_run_logs(kube, run, emit)
+                return
+            await print_logs(kube, run, emit)
+
+    run_async(main)
+
+
+async def print_logs(kube: Any, run: Obj, emit: Any) -> None:
+    """Print the Run's lines from its assigned Pod's log (no follow).
+
+    Raises:
+        CommandFailed: the Run has no Pod yet, or the Pod (and its log) is gone.
+    """
+    meta, status = run["metadata"], run.get("status") or {}
+    pod = status.get("assignedPod")
+    if not pod:
+        raise CommandFailed(
+            ExitCode.UNAVAILABLE,
+            f"Run {meta['name']} has no Pod yet (phase {status.get('phase') or 'Pending'}); "
+            "use -f to wait for its output",
+        )
+    try:
+        async for line in run_log_lines(kube, meta["namespace"], pod, meta["uid"], follow=False):
+            emit(line)
+    except NotFound as exc:
+        raise CommandFailed(
+            ExitCode.NOT_FOUND, f"Pod {pod} that ran {meta['name']} is gone, and its log with it"
+        ) from exc
+
+
+@click.command(
+    "cancel",
+    epilog="""\b
+Examples:
+  krt cancel my-run
+  krt cancel my-run --wait     # until it is Cancelled (or finished anyway)
+""",
+)
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait until the Run is terminal.")
+@click.option("--timeout", type=Duration(), default=None, help="Bound on --wait, e.g. 1m.")
+@kube_options
+def cancel_cmd(target: KubeTarget, name: str, wait: bool, timeout: float | None) -> None:
+    """Request cancellation (spec.cancelRequested: true); the Run ends Cancelled."""
+    check_run_name(name)
+
+    async def main() -> None:
+        async with open_kube(target) as kube:
+            run = await get_object(kube, RUNS, name, kube.namespace)
+            phase = phase_of((run.get("status") or {}).get("phase"))
+            if is_terminal(phase):
+                click.echo(f"run.kruntimes.io/{name} already finished ({phase.value})")
+                return
+            if not (run.get("spec") or {}).get("cancelRequested"):
+                try:
+                    await kube.patch(
+                        RUNS, name, kube.namespace, {"spec": {"cancelRequested": True}}
+                    )
+                except NotFound:
+                    await get_object(kube, RUNS, name, kube.namespace)  # the precise message
+                    raise
+            click.echo(f"run.kruntimes.io/{name} cancel requested")
+            if wait:
+                with time_limit(timeout, f"Run {name} did not finish"):
+                    final = await wait_with_progress(
+                        kube,
+                        kube.namespace,
+                        name,
+                        lambda o: is_terminal(phase_of((o.get("status") or {}).get("phase"))),
+                        Progress(name),
+                    )
+                click.echo(
+                    f"run.kruntimes.io/{name} {phase_of(final['status'].get('phase')).value}"
+                )
+
+    run_async(main)
+
+
+@click.command(
+    "delete",
+    epilog="""\b
+Examples:
+  krt delete my-run
+  krt delete my-function --wait    # until runtimed unregistered it and it is gone
+""",
+)
+@click.argument("names", nargs=-1, required=True)
+@click.option("--wait", is_flag=True, help="Wait until the Runs are gone (finalizers done).")
+@click.option("--timeout", type=Duration(), default=None, help="Bound on --wait, e.g. 1m.")
+@kube_options
+def delete_cmd(
+    target: KubeTarget, names: tuple[str, ...], wait: bool, timeout: float | None
+) -> None:
+    """Delete Runs (a function Run is unregistered first; see seed 000 Cleanup)."""
+    _names(names)
+
+    async def main() -> None:
+        async with open_kube(target) as kube:
+            for name in names:
+                try:
+                    await kube.delete(RUNS, name, kube.namespace)
+                except NotFound:
+                    await get_object(kube, RUNS, name, kube.namespace)
+                    raise
+                click.echo(f'run.kruntimes.io "{name}" deleted')
+            if wait:
+                for name in names:
+                    with time_limit(timeout, f"Run {name} was not gone"):
+                        await wait_for_deletion(kube, kube.namespace, name)
+
+    run_async(main)
+
+
+WAIT_FORS = ("finished", "ready", "delete") + tuple(f"phase={p.value}" for p in Phase)
+
+
+@click.command(
+    "wait",
+    epilog="""\b
+--for finished   until terminal; exit 0 if Succeeded, 1 if Failed/Timeout/Cancelled
+--for ready      until a function is Ready (exit 0), or terminal (exit 1)
+--for phase=P    until phase P (exit 0), or terminal in another phase (exit 1)
+--for delete     until the Run is gone
+\b
+Examples:
+  krt wait my-run                          # --for finished
+  krt wait my-function --for ready --timeout 2m
+  krt wait my-run --for phase=Running
+"""
+    + "\n"
+    + epilog(),
+)
+@click.argument("name")
+@click.option(
+    "--for",
+    "condition",
+    type=click.Choice(WAIT_FORS),
+    default="finished",
+    show_default=True,
+    help="What to wait for.",
+)
+@click.option("--timeout", type=Duration(), default=None, help="Give up after this long (exit 7).")
+@click.option(
+    "-o", "--output", type=click.Choice(("json", "yaml", "name")), help="Print the final Run."
+)
+@kube_options
+def wait_cmd(
+    target: KubeTarget, name: str, condition: str, timeout: float | None, output: str | None
+) -> None:
+    """Wait for a Run to finish, become Ready, reach a phase, or be deleted."""
+    check_run_name(name)
+    code = run_async(lambda: wait_run(target, name, condition, timeout, output))
+    sys.exit(int(code))
+
+
+async def wait_run(
+    target: KubeTarget, name: str, condition: str, limit: float | None, output: str | None
+) -> ExitCode:
+    """The async part of ``krt wait``; returns the exit code.
+
+    Args:
+        target: where to connect.
+        name: the Run.
+        condition: a ``--for`` value.
+        limit: the ``--timeout`` in seconds (applied to the wait itself), or None.
+        output: ``-o`` format for the final Run, or None for one summary line.
+
+    Raises:
+        CommandFailed: not found, deleted while waiting (unless ``--for delete``), timeout.
+    """
+    async with open_kube(target) as kube:
+        if condition == "delete":
+            await get_object(kube, RUNS, name, kube.namespace)
+            with time_limit(limit, f"Run {name} was not gone"):
+                await wait_for_deletion(kube, kube.namespace, name)
+            click.echo(f'run.kruntimes.io "{name}" deleted')
+            return ExitCode.OK
+        wanted: Phase | None = None
+        target_kind = WaitTarget.COMPLETION
+        if condition == "ready":
+            wanted, target_kind = Phase.READY, WaitTarget.READY
+        elif condition.startswith("phase="):
+            wanted = Phase(condition.removeprefix("phase="))
+
+        def done(obj: Obj) -> bool:
+            phase = phase_of((obj.get("status") or {}).get("phase"))
+            return (
+                phase == wanted
+                or is_terminal(phase)
+                or (target_kind is WaitTarget.READY and phase is Phase.READY)
+            )
+
+        await get_object(kube, RUNS, name, kube.namespace)
+        with time_limit(limit, f"Run {name} did not reach {condition}"):
+            final = await wait_with_progress(kube, kube.namespace, name, done, Progress(name))
+    phase = phase_of((final.get("status") or {}).get("phase"))
+    if output:
+        print_runs([final], output, single=True)
+    else:
+        click.echo(_final_line(final))
+    if wanted is not None:
+        return ExitCode.OK if phase == wanted else ExitCode.RUN_UNSUCCESSFUL
+    return ExitCode.OK if phase is Phase.SUCCEEDED else ExitCode.RUN_UNSUCCESSFUL
+
+
+def _final_line(run: Obj) -> str:
+    status = run.get("status") or {}
+    text = f"run.kruntimes.io/{run['metadata']['name']} {status.get('phase') or 'Pending'}"
+    extra = [str(status[k]) for k in ("reason", "message") if status.get(k)]
+    return f"{text}: {' - '.join(extra)}" if extra else text

@@ -1,0 +1,250 @@
+"""Follow one Run until a condition holds: a get, then a watch from its resourceVersion.
+
+Used by ``krt run --wait``, ``krt function create``, ``krt wait`` and ``krt delete --wait``.
+The watch is narrowed to the one object (``fieldSelector=metadata.name=NAME``); a 410 Gone
+re-reads the object and watches again, a watch the server ended is resumed from the last
+resourceVersion, a broken connection is retried after a short pause. None of this has its own
+deadline: callers bound it with ``trio.fail_after`` (``--timeout``).
+
+Progress goes to stderr so stdout stays clean for outputs: a spinner on a terminal, one line
+per phase change otherwise (:class:`Progress`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import aclosing, contextmanager
+from typing import Any, TextIO
+
+import trio
+
+from krt.api.durations import format_duration
+from krt.api.phases import Phase, WaitTarget, is_terminal, phase_of, wait_finished
+from krt.cli.exitcodes import ExitCode
+from krt.cli.failures import CommandFailed
+from krt.kube.client import Kube
+from krt.kube.errors import ConnectionFailed, Gone, NotFound
+from krt.kube.resources import RUNS
+
+Obj = dict[str, Any]
+
+#: Seconds to wait before re-watching after a broken connection.
+RECONNECT_PAUSE = 1.0
+#: Seconds between spinner frames.
+SPINNER_PERIOD = 0.1
+SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class RunDeleted(CommandFailed):
+    """The Run was deleted while being watched (exit code: not found)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ExitCode.NOT_FOUND, message)
+
+
+async def follow_run(kube: Kube, namespace: str, name: str) -> AsyncGenerator[Obj, None]:
+    """Yield the Run now and after every change, until the caller stops iterating.
+
+    Args:
+        kube: a connected client.
+        namespace: the Run's namespace.
+        name: the Run's name.
+
+    Yields:
+        The Run object (first the current state, then each ADDED/MODIFIED version).
+
+    Raises:
+        NotFound: the Run does not exist when first read.
+        RunDeleted: the Run was deleted afterwards.
+        ApiError: other API errors (401, 403, ...).
+    """
+    obj = await kube.get(RUNS, name, namespace)
+    yield obj
+    version = str(obj["metadata"].get("resourceVersion") or "")
+    selector = f"metadata.name={name}"
+    while True:
+        try:
+            async with aclosing(
+                kube.watch(RUNS, namespace, version, field_selector=selector)
+            ) as events:
+                async for kind, event_obj in events:
+                    version = str(event_obj["metadata"].get("resourceVersion") or version)
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        raise RunDeleted(f"Run {namespace}/{name} was deleted")
+                    yield event_obj
+        except Gone:
+            try:
+                obj = await kube.get(RUNS, name, namespace)
+            except NotFound:
+                raise RunDeleted(f"Run {namespace}/{name} was deleted") from None
+            version = str(obj["metadata"].get("resourceVersion") or "")
+            yield obj
+        except ConnectionFailed:
+            await trio.sleep(RECONNECT_PAUSE)
+
+
+@contextmanager
+def time_limit(seconds: float | None, what: str) -> Iterator[None]:
+    """Bound the block to ``seconds`` (None: no bound); expiry is a :class:`CommandFailed`.
+
+    Args:
+        seconds: the limit (a command's ``--timeout``), or None.
+        what: the message start for the timeout, e.g. ``Run x did not finish``.
+
+    Raises:
+        CommandFailed: exit code 7 when the time is up.
+    """
+    with trio.move_on_after(math.inf if seconds is None else seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        assert seconds is not None
+        raise CommandFailed(ExitCode.TIMED_OUT, f"{what} within {format_duration(seconds)}")
+
+
+def target_reached(obj: Obj, target: WaitTarget) -> bool:
+    """True when a wait for ``target`` can stop at this version of the Run."""
+    phase = phase_of((obj.get("status") or {}).get("phase"))
+    return wait_finished(phase, target)
+
+
+async def wait_for_run(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    done: Callable[[Obj], bool],
+    *,
+    on_change: Callable[[Obj], None] | None = None,
+) -> Obj:
+    """Wait until ``done(run)`` holds and return that version of the Run.
+
+    Args:
+        kube: a connected client.
+        namespace: the Run's namespace.
+        name: the Run's name.
+        done: the condition, evaluated on every version.
+        on_change: called with every version seen (progress display).
+
+    Raises:
+        NotFound: no such Run. RunDeleted: deleted while waiting.
+    """
+    async with aclosing(follow_run(kube, namespace, name)) as versions:
+        async for obj in versions:
+            if on_change is not None:
+                on_change(obj)
+            if done(obj):
+                return obj
+    raise RunDeleted(f"Run {namespace}/{name} was deleted")  # pragma: no cover
+
+
+async def wait_for_deletion(kube: Kube, namespace: str, name: str) -> None:
+    """Return once the Run is gone (finalizers done)."""
+    try:
+        async with aclosing(follow_run(kube, namespace, name)) as versions:
+            async for _ in versions:
+                pass
+    except (RunDeleted, NotFound):
+        return
+
+
+def describe_progress(obj: Obj) -> str:
+    """One short line: ``Running (attempt 2, pod runtime-python-abc)`` or the reason."""
+    status = obj.get("status") or {}
+    phase = phase_of(status.get("phase"))
+    details = []
+    if status.get("attempt"):
+        details.append(f"attempt {status['attempt']}")
+    if status.get("assignedPod"):
+        details.append(f"pod {status['assignedPod']}")
+    if status.get("reason") and (phase in (Phase.PENDING,) or is_terminal(phase)):
+        details.append(str(status["reason"]))
+    else:
+        for condition in status.get("conditions") or []:
+            if condition.get("status") == "False" and condition.get("reason"):
+                details.append(str(condition["reason"]))
+                break
+    return f"{phase.value} ({', '.join(details)})" if details else phase.value
+
+
+class Progress:
+    """Shows a Run's progress on ``stream`` (default stderr).
+
+    On a terminal, a spinner line redrawn every 0.1 s (:meth:`spin` runs it); otherwise one
+    line per change of :func:`describe_progress`.
+
+    Args:
+        name: the Run name shown.
+        stream: where to write.
+        tty: force terminal mode on or off (default: ``stream.isatty()``).
+    """
+
+    def __init__(self, name: str, *, stream: TextIO | None = None, tty: bool | None = None):
+        self.name = name
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.text = "waiting"
+        self._last_line = ""
+        self._drawn = False
+
+    def update(self, obj: Obj) -> None:
+        """Record a new version of the Run (prints a line when not on a terminal)."""
+        self.text = describe_progress(obj)
+        if not self.tty and self.text != self._last_line:
+            self._last_line = self.text
+            self.stream.write(f"{self.name}: {self.text}\n")
+            self.stream.flush()
+
+    async def spin(self) -> None:
+        """Redraw the spinner until cancelled (returns at once when not on a terminal)."""
+        if not self.tty:
+            return
+        start = trio.current_time()
+        frame = 0
+        try:
+            while True:
+                elapsed = int(round(trio.current_time() - start, 3))
+                char = SPINNER_FRAMES[frame % len(SPINNER_FRAMES)]
+                self.stream.write(f"\r\x1b[2K{char} {self.name}: {self.text} [{elapsed}s]")
+                self.stream.flush()
+                self._drawn = True
+                frame += 1
+                await trio.sleep(SPINNER_PERIOD)
+        finally:
+            self.clear()
+
+    def clear(self) -> None:
+        """Erase the spinner line (terminal only)."""
+        if self.tty and self._drawn:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._drawn = False
+
+
+async def wait_with_progress(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    done: Callable[[Obj], bool],
+    progress: Progress,
+) -> Obj:
+    """:func:`wait_for_run` while ``progress`` shows each version (spinner on a TTY).
+
+    Errors of the wait are raised as they are (not wrapped in an exception group).
+    """
+    result: Obj | None = None
+    error: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(progress.spin)
+        try:
+            result = await wait_for_run(kube, namespace, name, done, on_change=progress.update)
+        except Exception as exc:  # re-raised below, outside the nursery
+            error = exc
+        finally:
+            nursery.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    assert result is not None
+    return result

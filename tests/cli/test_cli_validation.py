@@ -1,0 +1,151 @@
+"""Input validation happens before any API call: exit 2 with a message naming the flag.
+
+Every command here points at a kubeconfig whose server is unreachable (127.0.0.1:1): had the
+command got past validation, it would have failed with exit 6 (unreachable), not 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from krt.cli.exitcodes import ExitCode
+from krt.cli.main import krt
+
+UNREACHABLE_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {token: abc}
+contexts:
+- name: x
+  context: {cluster: c, user: u, namespace: default}
+current-context: x
+"""
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "kubeconfig").write_text(UNREACHABLE_KUBECONFIG)
+    (tmp_path / "main.py").write_text("def invoke(request):\n    return {}\n")
+    (tmp_path / "broken.py").write_text("def invoke(request:\n")
+    (tmp_path / "greet.sh").write_text("handle() {\n  echo hi\n}\n")
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "latin1.py").write_bytes(b"print('\xe9')\n")
+    return tmp_path
+
+
+def run(files: Path, *args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(
+        krt, list(args), env={"KRT_KUBECONFIG": str(files / "kubeconfig")}, input=input
+    )
+
+
+def test_the_unreachable_kubeconfig_fails_with_exit_6(files: Path) -> None:
+    """Control: a valid command against this kubeconfig is 'unreachable', not a usage error."""
+    result = run(files, "get", "x")
+    assert result.exit_code == ExitCode.UNREACHABLE, result.output
+    assert result.stderr.startswith("error: cannot reach the Kubernetes API server")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "detail"),
+    [
+        (["run", "--runtime", "python", "--env", "NOEQUALS", "--", "x"], "--env", "NAME=VALUE"),
+        (["run", "--runtime", "python", "--env", "1BAD=x", "--", "x"], "--env", "variable name"),
+        (["run", "--runtime", "python", "-e", "A=1", "-e", "A=2", "--", "x"], "--env", "twice"),
+        (["run", "--runtime", "python", "--timeout", "5 minutes", "--", "x"], "--timeout", "Go duration"),
+        (["run", "--runtime", "python", "--timeout", "0", "--", "x"], "--timeout", "positive"),
+        (["run", "--runtime", "python", "--backoff", "-1s", "--", "x"], "--backoff", "duration"),
+        (["run", "--runtime", "python", "--ttl", "1d", "--", "x"], "--ttl", "duration"),
+        (["run", "--runtime", "python", "--retries", "100", "--", "x"], "--retries", "0<=x<=99"),
+        (["run", "--runtime", "python", "--file", "missing.py"], "--file", "does not exist"),
+        (["run", "--runtime", "python", "--file", "{dir}/latin1.py"], "--file", "UTF-8"),
+        (["run", "Bad_Name", "--runtime", "python", "--", "x"], "NAME", "not a valid name"),
+        (["run", "--runtime", "python", "--entrypoint", "../x.py", "--", "x"], "--entrypoint", ".."),
+        (["run", "--runtime", "python"], "", "nothing to run"),
+        (["run", "--", "x"], "--runtime", "Missing option"),
+        (
+            ["function", "create", "f", "--runtime", "python", "--handler", "invoke", "--file", "{dir}/main.py"],
+            "--handler",
+            "module.function",
+        ),
+        (
+            ["function", "create", "f", "--runtime", "python", "--handler", "app.invoke", "--file", "{dir}/main.py"],
+            "--handler",
+            "--handler main.invoke",
+        ),
+        (
+            ["function", "create", "f", "--runtime", "python", "--handler", "main.handle", "--file", "{dir}/main.py"],
+            "--handler",
+            "no top-level function 'handle'",
+        ),
+        (
+            ["function", "create", "f", "--runtime", "python", "--handler", "broken.invoke", "--file", "{dir}/broken.py"],
+            "--file",
+            "does not parse",
+        ),
+        (
+            ["function", "create", "f", "--runtime", "bash", "--handler", "greet.hello", "--file", "{dir}/greet.sh"],
+            "--handler",
+            "no bash function 'hello'",
+        ),
+        (
+            ["function", "create", "f", "--runtime", "python", "--handler", "main.invoke", "--file", "{dir}/main.py", "--idle-timeout", "soon"],
+            "--idle-timeout",
+            "duration",
+        ),
+        (["invoke", "f", "-d", "{not json"], "-d/--data", "invalid JSON"),
+        (["invoke", "f", "-d", "NaN"], "-d/--data", "NaN is not valid JSON"),
+        (["invoke", "f", "-d", "@{dir}/bad.json"], "-d/--data", "invalid JSON"),
+        (["invoke", "f", "-d", "@{dir}/none.json"], "-d/--data", "cannot read"),
+        (["invoke", "f", "-d", "{}", "--invocation-id", "has space"], "--invocation-id", "visible ASCII"),
+        (["invoke", "f", "-d", "{}", "--invocation-id", "x" * 129], "--invocation-id", "128"),
+        (["invoke", "f", "-d", "{}", "--gateway-url", "localhost:8443"], "--gateway-url", "absolute"),
+        (["invoke", "f", "-d", "{}", "--timeout", "fast"], "--timeout", "duration"),
+        (["wait", "x", "--for", "phase=Done"], "--for", "phase=Done"),
+        (["get", "x", "-o", "xml"], "--output", "xml"),
+        (["cancel", "Not/A/Name"], "NAME", "not a valid name"),
+    ],
+)
+def test_bad_input_is_a_usage_error_naming_the_flag(
+    files: Path, args: list[str], flag: str, detail: str
+) -> None:
+    argv = [a.replace("{dir}", str(files)) for a in args]
+    result = run(files, *argv)
+    assert result.exit_code == ExitCode.USAGE, result.output
+    if flag:
+        assert flag in result.stderr, result.stderr
+    assert detail in result.stderr, result.stderr
+
+
+def test_invoke_reads_bad_json_from_stdin(files: Path) -> None:
+    result = run(files, "invoke", "f", input='{"a": 1,}')
+    assert result.exit_code == ExitCode.USAGE
+    assert "stdin: invalid JSON" in result.stderr
+
+
+def test_invoke_rejects_a_body_over_one_mebibyte(files: Path) -> None:
+    body = '{"a": "' + "x" * (1024 * 1024) + '"}'
+    result = run(files, "invoke", "f", input=body)
+    assert result.exit_code == ExitCode.USAGE
+    assert "exceed the 1 MiB invoke limit" in result.stderr
+
+
+def test_valid_input_gets_past_validation(files: Path) -> None:
+    """The same commands with good values reach the (unreachable) API server: exit 6."""
+    for args in (
+        ["run", "--runtime", "python", "-e", "A=1", "--timeout", "5m", "--retries", "2", "--", "-c", "1"],
+        ["function", "create", "f", "--runtime", "python", "--handler", "main.invoke", "--file", str(files / "main.py")],
+        ["function", "create", "g", "--runtime", "bash", "--handler", "greet.handle", "--file", str(files / "greet.sh")],
+        ["invoke", "f", "-d", '{"ok": true}', "--invocation-id", "job-1", "--timeout", "10s"],
+    ):
+        result = run(files, *args)
+        assert result.exit_code == ExitCode.UNREACHABLE, (args, result.output)
