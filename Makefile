@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check protos crds bench clean
+.PHONY: demo test lint typecheck check protos crds bench clean images
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,9 @@ protos: $(STAMP)  ## regenerate src/krt/proto from protos/
 
 crds: $(STAMP)  ## regenerate charts/kruntimes/crds from src/krt/api/schema.py
 	$(BIN)/python scripts/gen_crds.py
+
+images:  ## build the five container images (needs Docker; see images/build.sh)
+	bash images/build.sh
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done

@@ -15,6 +15,7 @@ Usage: ``.venv/bin/python bench/schedule.py [--runs 200] [--pods 2] [--runs-per-
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import tempfile
@@ -39,6 +40,7 @@ from tests.controlplane.harness import (  # noqa: E402
     running_controlplane,
     runtime_manifest,
     wait_for,
+    write_image_table,
 )
 
 
@@ -55,7 +57,12 @@ async def bench(runs: int, pods: int, runs_per_pod: int) -> None:
         async with trio.open_nursery() as nursery:
             cluster = await nursery.start(
                 serve_cluster,
-                ClusterConfig(state_dir=Path(state) / "s", backoff_initial=0.2, shutdown_grace=1.0),
+                ClusterConfig(
+                    state_dir=Path(state) / "s",
+                    images_file=write_image_table(Path(state)),
+                    backoff_initial=0.2,
+                    shutdown_grace=1.0,
+                ),
             )
             kube = await connect(kubeconfig=Path(cluster.apiserver.kubeconfig_path))
             await kube.create(NAMESPACES, {"metadata": {"name": NS}})
@@ -117,6 +124,7 @@ async def bench(runs: int, pods: int, runs_per_pod: int) -> None:
 
 def main() -> None:
     """Parse arguments and run :func:`bench`."""
+    logging.getLogger("localkube").setLevel(logging.ERROR)  # quiet Pod shutdown at the end
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--pods", type=int, default=2)

@@ -1,7 +1,8 @@
 """Task Run benchmark on localkube: real control plane, real runtimed, real Bash Runtime Servers.
 
-Starts an in-process localkube (state in a temporary directory) with the CRDs and the
-control plane, creates a Runtime of ``--pods`` Pods x ``--capacity`` runs whose Runtime Server
+Starts an in-process localkube (state in a temporary directory) with the CRDs, runs the
+control plane as its own ``krt-controlplane`` process (as in production; or in-process with
+``--inprocess-controlplane``), creates a Runtime of ``--pods`` Pods x ``--capacity`` runs whose Runtime Server
 is ``kruntimes/bash-runtime`` (runtimed is the injected sidecar, a real process per Pod),
 waits until every Pod is Ready, then creates ``--runs`` trivial task Runs (``exit 0``) with
 at most ``--concurrency`` creates in flight, and waits until all are terminal.
@@ -72,7 +73,9 @@ def _scheduled_at(status: dict[str, Any]) -> datetime:
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="krt-bench-") as tmp:
-        async with running_cluster(Path(tmp) / "state") as cluster:
+        async with running_cluster(
+            Path(tmp) / "state", controlplane_process=not args.inprocess_controlplane
+        ) as cluster:
             kube = cluster.kube
             await kube.create(
                 RUNTIMES,
@@ -153,6 +156,11 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=2)
     parser.add_argument("--capacity", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=25)
+    parser.add_argument(
+        "--inprocess-controlplane",
+        action="store_true",
+        help="run the control plane inside the benchmark process (default: its own process)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     result = trio.run(bench, args)

@@ -58,10 +58,22 @@ def apiserver(state_dir: Path, host: str, port: int) -> None:
     config = ApiServerConfig(state_dir=state_dir.resolve(), host=host, port=port)
     try:
         trio.run(_run_until_signal, config)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except OSError as exc:
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc}") from exc
+    except (StoreError, OSError, BaseExceptionGroup) as exc:
+        leaf = _start_up_error(exc)
+        if isinstance(leaf, StoreError):
+            raise click.ClickException(str(leaf)) from exc
+        if isinstance(leaf, OSError):
+            raise click.ClickException(f"cannot serve on {host}:{port}: {leaf}") from exc
+        raise
+
+
+def _start_up_error(exc: BaseException) -> BaseException | None:
+    """Return the single StoreError/OSError inside ``exc`` (nurseries wrap them), or None."""
+    while isinstance(exc, BaseExceptionGroup):
+        if len(exc.exceptions) != 1:
+            return None
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, (StoreError, OSError)) else None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,6 +21,7 @@ class RuntimedMetrics:
         executions_started: Execute calls the server accepted.
         start_failures: Execute or staging failures.
         preparation_seconds: source preparation time, seconds.
+        claim_lag_seconds: bind (``Scheduled`` transition) to claim, seconds.
         server_healthy: 1 while the local Runtime Server answers Health as healthy.
         local_runs: Runs with local state (set by a callback).
     """
@@ -46,6 +47,12 @@ class RuntimedMetrics:
         self.preparation_seconds = Histogram(
             PREFIX + "source_preparation_seconds",
             "Time to prepare a task's source, seconds",
+            registry=self.registry,
+        )
+        self.claim_lag_seconds = Histogram(
+            PREFIX + "claim_lag_seconds",
+            "From the scheduler's bind (Scheduled condition) to runtimed's claim, seconds",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=self.registry,
         )
         self.server_healthy = Gauge(

@@ -33,6 +33,8 @@ from typing import Any, Final, Protocol
 import trio
 
 from krt.api import Failure, FailureReason, Reentry, Retry, Run, Terminal, decide
+from krt.api.conditions import find_condition
+from krt.api.constants import RunConditionType
 from krt.api.errors import ApiError, OutputsError
 from krt.api.patches import StatusPatch, apply_merge_patch
 from krt.api.phases import is_active, is_terminal
@@ -95,6 +97,8 @@ task_log = logging.getLogger("runtimed.task")
 
 #: Upper bound on actions in one reconciliation (a safety net; real chains are 3-4 long).
 MAX_STEPS: Final = 8
+#: Quiet RLEG polls at the fastest pace before it starts slowing down.
+RLEG_FAST_POLLS: Final = 5
 #: Lines of one stream of task output logged per attempt (the rest is summarised).
 MAX_LOGGED_LINES: Final = 10_000
 
@@ -143,7 +147,7 @@ class TaskTimings:
     execute: float = 30.0
     prepare: float = 300.0
     rleg_period: float = 0.2
-    rleg_min_period: float = 0.02
+    rleg_min_period: float = 0.01
     sweep_period: float = 10.0
     forget_wait: float = 30.0
     server_timeout_slack: float = 5.0
@@ -479,6 +483,10 @@ class TaskLifecycle:
             return None
         claimed = Run.from_dict(written)
         self._local_for(claimed)
+        bound = find_condition(run.status.conditions, RunConditionType.SCHEDULED)
+        if bound is not None:
+            lag = (self._clock.now() - bound.last_transition_time).total_seconds()
+            self.metrics.claim_lag_seconds.observe(max(0.0, lag))
         task_log.info("claimed", extra=self._fields(claimed))
         outcome = await self._prepare_or_fail(written, claimed)
         # the next reconciliation (on the written object, see _current) calls Status
@@ -656,12 +664,13 @@ class TaskLifecycle:
     async def _rleg_loop(self) -> None:
         """Poll List while executions are observed; enqueue Runs whose execution changed.
 
-        The pace adapts: right after a start or a change it polls every
-        ``rleg_min_period`` seconds (a short task's end is seen within milliseconds), and
-        each quiet poll doubles the period up to ``rleg_period`` (long tasks cost little).
+        The pace adapts: after a start or a change it polls every ``rleg_min_period``
+        seconds for :data:`RLEG_FAST_POLLS` polls (a short task's end is seen within
+        milliseconds), then each quiet poll doubles the period up to ``rleg_period`` (long
+        tasks cost little).
         """
         fastest, slowest = self.timings.rleg_min_period, self.timings.rleg_period
-        delay = fastest
+        quiet = 0
         while True:
             self._rleg_wakeup = trio.Event()
             watched = [
@@ -672,7 +681,7 @@ class TaskLifecycle:
             ]
             if not watched:
                 await self._rleg_wakeup.wait()
-                delay = fastest
+                quiet = 0
                 continue
             entries: dict[str, ServerView] | None = None
             with trio.move_on_after(self.timings.rpc):
@@ -683,19 +692,19 @@ class TaskLifecycle:
             if entries is None:
                 await trio.sleep(UNREACHABLE_RETRY_SECONDS)
                 continue
-            changed = False
+            quiet += 1
             for local in watched:
                 view = entries.get(local.uid)
                 state = view.state if view is not None else ExecState.NOT_FOUND
                 if state is not local.last_server_state:
                     local.last_server_state = state
-                    changed = True
+                    quiet = 0
                     self.queue.add(local.key)
-            delay = fastest if changed else min(slowest, delay * 2)
+            delay = min(slowest, fastest * 2 ** max(0, quiet - RLEG_FAST_POLLS))
             with trio.move_on_after(delay):
                 await self._rleg_wakeup.wait()
             if self._rleg_wakeup.is_set():
-                delay = fastest
+                quiet = 0
 
     def _is_live_here(self, uid: str) -> bool:
         local = self._local.get(uid)

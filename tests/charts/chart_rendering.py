@@ -85,6 +85,7 @@ def render_files(
     """
     if helm_python is None:  # pragma: no cover
         pytest.skip(HELM_ERROR or "helm-python-sdk unavailable")
+    # a fresh load each time: the files may change between renders (and loading is cheap)
     with helm_python.Chart.load(str(chart)) as loaded:
         try:
             return dict(
@@ -105,7 +106,9 @@ def render(
 ) -> list[dict[str, Any]]:
     """Render ``chart`` and parse every manifest (NOTES.txt and empty documents dropped)."""
     docs: list[dict[str, Any]] = []
-    for path, text in sorted(render_files(chart, values, release=release, namespace=namespace).items()):
+    for path, text in sorted(
+        render_files(chart, values, release=release, namespace=namespace).items()
+    ):
         if path.endswith("NOTES.txt"):
             continue
         for doc in yaml.safe_load_all(text):
@@ -123,9 +126,7 @@ def crds() -> list[dict[str, Any]]:
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
     """The documents of ``kind`` (and ``name``, when given)."""
     return [
-        d
-        for d in docs
-        if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)
+        d for d in docs if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name)
     ]
 
 
@@ -149,7 +150,9 @@ KIND_REFS: dict[str, ResourceRef] = {
     "Deployment": DEPLOYMENTS,
     "Role": ROLES,
     "RoleBinding": ROLEBINDINGS,
-    "ClusterRole": ResourceRef("rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole"),
+    "ClusterRole": ResourceRef(
+        "rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole"
+    ),
     "ClusterRoleBinding": ResourceRef(
         "rbac.authorization.k8s.io", "v1", "clusterrolebindings", False, "ClusterRoleBinding"
     ),

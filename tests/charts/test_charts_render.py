@@ -70,7 +70,9 @@ def assert_valid(docs: list[dict[str, Any]]) -> None:
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
             path = list(getattr(exc, "absolute_path", []))
-            pytest.fail(f"{label} fails the Kubernetes {K8S_VERSION} schema at {path}: {exc.message}")
+            pytest.fail(
+                f"{label} fails the Kubernetes {K8S_VERSION} schema at {path}: {exc.message}"
+            )
 
 
 def deployment(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
@@ -136,7 +138,11 @@ def test_kruntimes_combination_renders_valid_manifests(name: str) -> None:
 
 @pytest.mark.parametrize(
     "values",
-    [{}, values_file(RUNTIMES_CHART, "values-localkube.yaml"), {"networkPolicy": {"enabled": True}}],
+    [
+        {},
+        values_file(RUNTIMES_CHART, "values-localkube.yaml"),
+        {"networkPolicy": {"enabled": True}},
+    ],
     ids=["defaults", "localkube", "network-policy"],
 )
 def test_runtimes_chart_renders_valid_manifests(values: dict[str, Any]) -> None:
@@ -179,7 +185,11 @@ def test_watch_namespaces_bind_the_cluster_role_per_namespace_only() -> None:
     assert by_ns[NAMESPACE]["roleRef"]["kind"] == "Role"
     lease_role = one(docs, "Role")
     assert lease_role["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
     ]
     args = container(docs, "controlplane")["args"]
     assert arg_value(args, "--namespace") == ["team-a", "team-b"]
@@ -198,6 +208,23 @@ def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -
         and verb in r.get("verbs", [])
         for r in rules
     )
+
+
+def _triples(rules: Any) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_controlplane_cluster_role_is_exactly_what_the_code_declares() -> None:
+    from krt.controlplane.rbac import CONTROLPLANE_RULES
+
+    rules = one(kruntimes(), "ClusterRole")["rules"]
+    assert _triples(rules) == _triples(CONTROLPLANE_RULES)
 
 
 def test_controlplane_holds_every_permission_it_grants_runtimed() -> None:
@@ -251,8 +278,9 @@ def test_cluster_role_binding_names_the_controlplane_service_account() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}
     ]
-    assert deployment(docs, "controlplane")["spec"]["template"]["spec"]["serviceAccountName"] == (
-        sa["metadata"]["name"]
+    assert (
+        deployment(docs, "controlplane")["spec"]["template"]["spec"]["serviceAccountName"]
+        == (sa["metadata"]["name"])
     )
 
 
@@ -298,7 +326,10 @@ def test_gateway_has_no_kubernetes_api_credentials() -> None:
     docs = kruntimes()
     sa = one(docs, "ServiceAccount", "krt-kruntimes-gateway")
     assert sa["automountServiceAccountToken"] is False
-    assert deployment(docs, "gateway")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert (
+        deployment(docs, "gateway")["spec"]["template"]["spec"]["automountServiceAccountToken"]
+        is False
+    )
     for kind in ("RoleBinding", "ClusterRoleBinding"):
         for binding in find(docs, kind):
             assert all(s["name"] != "krt-kruntimes-gateway" for s in binding["subjects"])
@@ -324,8 +355,17 @@ def test_pod_disruption_budget_is_optional_and_selects_gateway_pods() -> None:
     assert pdb["spec"]["minAvailable"] == 1
     labels = deployment(docs, "gateway")["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert find(kruntimes({"gateway": {"podDisruptionBudget": {"enabled": False}}}), "PodDisruptionBudget") == []
-    pdb = one(kruntimes({"gateway": {"podDisruptionBudget": {"maxUnavailable": 1}}}), "PodDisruptionBudget")
+    assert (
+        find(
+            kruntimes({"gateway": {"podDisruptionBudget": {"enabled": False}}}),
+            "PodDisruptionBudget",
+        )
+        == []
+    )
+    pdb = one(
+        kruntimes({"gateway": {"podDisruptionBudget": {"maxUnavailable": 1}}}),
+        "PodDisruptionBudget",
+    )
     assert pdb["spec"] == {"maxUnavailable": 1, "selector": pdb["spec"]["selector"]}
 
 
@@ -371,13 +411,19 @@ def test_cert_manager_with_an_existing_issuer_creates_only_the_certificate() -> 
     assert find(docs, "Issuer") == []
     cert = one(docs, "Certificate")
     assert cert["spec"]["secretName"] == "gw-cert"
-    assert cert["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    assert cert["spec"]["issuerRef"] == {
+        "name": "corp-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
     assert cert["spec"]["dnsNames"][-1] == "gateway.example.com"
 
 
 def test_cert_manager_issuer_kind_is_checked() -> None:
     with pytest.raises(RenderError, match="issuerRef.kind must be Issuer or ClusterIssuer"):
-        kruntimes({"gateway": {"tls": {"certManager": {"enabled": True, "issuerRef": {"kind": "Vault"}}}}})
+        kruntimes(
+            {"gateway": {"tls": {"certManager": {"enabled": True, "issuerRef": {"kind": "Vault"}}}}}
+        )
 
 
 def test_peer_tls_mounts_the_secret_as_the_gateway_client_certificate() -> None:
@@ -390,7 +436,9 @@ def test_peer_tls_mounts_the_secret_as_the_gateway_client_certificate() -> None:
     assert ctx.params["upstream_cert_file"] == "/etc/kruntimes/peer-tls/tls.crt"
     assert ctx.params["upstream_key_file"] == "/etc/kruntimes/peer-tls/tls.key"
     spec = deployment(docs, "gateway")["spec"]["template"]["spec"]
-    assert {"name": "peer-tls", "secret": {"secretName": "peer", "defaultMode": 0o440}} in spec["volumes"]
+    assert {"name": "peer-tls", "secret": {"secretName": "peer", "defaultMode": 0o440}} in spec[
+        "volumes"
+    ]
     with pytest.raises(RenderError, match="runtimed.peerTLS.secretName is required"):
         kruntimes({"runtimed": {"peerTLS": {"enabled": True}}})
 
@@ -506,7 +554,9 @@ def test_runtime_pod_network_policy_admits_the_gateway_and_peers_only() -> None:
 
 def test_service_monitors_scrape_the_metrics_services() -> None:
     assert find(kruntimes(), "ServiceMonitor") == []
-    docs = kruntimes({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}})
+    docs = kruntimes(
+        {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+    )
     monitors = find(docs, "ServiceMonitor")
     assert sorted(m["metadata"]["name"] for m in monitors) == [
         "krt-kruntimes-controlplane",
@@ -545,8 +595,14 @@ def test_image_registry_tag_and_digest() -> None:
             }
         }
     )
-    assert container(docs, "controlplane")["image"] == "registry.example.com/kruntimes/controlplane:1.2.3"
-    assert container(docs, "gateway")["image"] == "registry.example.com/kruntimes/gateway@sha256:" + "a" * 64
+    assert (
+        container(docs, "controlplane")["image"]
+        == "registry.example.com/kruntimes/controlplane:1.2.3"
+    )
+    assert (
+        container(docs, "gateway")["image"]
+        == "registry.example.com/kruntimes/gateway@sha256:" + "a" * 64
+    )
     spec = deployment(docs, "controlplane")["spec"]["template"]["spec"]
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
 
@@ -562,7 +618,10 @@ def test_builtin_runtimes_run_their_servers_with_args_their_cli_accepts() -> Non
     by_name = {r["metadata"]["name"]: r for r in find(docs, "Runtime")}
     assert set(by_name) == {"python", "bash"}
     command = build_command(PythonAdapter, prog="krt-python-runtime")
-    for name, image in (("python", "kruntimes/python-runtime:0.1.0"), ("bash", "kruntimes/bash-runtime:0.1.0")):
+    for name, image in (
+        ("python", "kruntimes/python-runtime:0.1.0"),
+        ("bash", "kruntimes/bash-runtime:0.1.0"),
+    ):
         spec = by_name[name]["spec"]
         assert spec["daemonImage"] == "kruntimes/runtimed:0.1.0"
         assert spec["port"] == 9091
@@ -601,7 +660,9 @@ def test_runtimes_replicas_and_capacity_values() -> None:
         ({"bash": {"name": "python"}}, r"python.name and bash.name must differ"),
     ],
 )
-def test_runtimes_chart_rejects_bad_values_naming_the_field(values: dict[str, Any], message: str) -> None:
+def test_runtimes_chart_rejects_bad_values_naming_the_field(
+    values: dict[str, Any], message: str
+) -> None:
     with pytest.raises(RenderError, match=message):
         runtimes(values)
 
@@ -617,9 +678,30 @@ def test_runtime_crd_rejects_what_the_chart_guards_against() -> None:
 def test_localkube_values_bind_pod_ips_and_use_the_host_workspace() -> None:
     docs = kruntimes(values_file(KRUNTIMES, "values-localkube.yaml"))
     assert arg_value(container(docs, "gateway")["args"], "--bind") == ["$(POD_IP):8443"]
-    assert arg_value(container(docs, "controlplane")["args"], "--metrics-addr") == ["$(POD_IP):8080"]
+    assert arg_value(container(docs, "controlplane")["args"], "--metrics-addr") == [
+        "$(POD_IP):8080"
+    ]
     assert find(docs, "PodDisruptionBudget") == []
     rts = runtimes(values_file(RUNTIMES_CHART, "values-localkube.yaml"))
     for rt in find(rts, "Runtime"):
         (server,) = rt["spec"]["template"]["spec"]["containers"]
         assert arg_value(server["args"], "--work-dir") == ["$(KRT_POD_ROOT)/workspace"]
+
+
+# ----------------------------------------------------------------------------- helm lint
+
+
+@pytest.mark.parametrize(
+    ("chart", "values"),
+    [(KRUNTIMES, TLS), (KRUNTIMES, COMBINATIONS["cert-manager"]), (RUNTIMES_CHART, {})],
+    ids=["kruntimes", "kruntimes-cert-manager", "kruntimes-runtimes"],
+)
+def test_helm_lint_strict_for_kubernetes_1_32(chart: Any, values: dict[str, Any]) -> None:
+    import helm_python
+
+    report = helm_python.lint(
+        str(chart), values=values, strict=True, namespace=NAMESPACE, kube_version="v1.32.0"
+    )
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == []
+    assert problems == []

@@ -56,6 +56,8 @@ async def kube(apiserver: ApiServerHandle) -> AsyncIterator[Kube]:
                     break
                 except NotFound:
                     await trio.sleep(0.05)
+        for runtime in ("python", "bash"):
+            await client.create(RUNTIMES, runtime_manifest(runtime))
         yield client
 
 
@@ -69,7 +71,9 @@ def invoke_cli(args: list[str], *, env: dict[str, str], input: bytes | str | Non
 def cli(apiserver: ApiServerHandle, kube: Kube) -> CliRun:
     """``await cli(*args, input=..., env=...)``: ``krt`` against the test API server."""
 
-    async def run(*args: str, input: bytes | str | None = None, env: dict[str, str] | None = None) -> Result:
+    async def run(
+        *args: str, input: bytes | str | None = None, env: dict[str, str] | None = None
+    ) -> Result:
         environment = {"KRT_KUBECONFIG": str(apiserver.kubeconfig_path), "KUBECONFIG": ""}
         environment.update(env or {})
         with trio.fail_after(30):
@@ -78,6 +82,20 @@ def cli(apiserver: ApiServerHandle, kube: Kube) -> CliRun:
             )
 
     return run
+
+
+def runtime_manifest(name: str) -> dict[str, Any]:
+    """A Runtime (nothing runs it here: there is no control plane)."""
+    return {
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": 2,
+            "capacity": {"resources": {"runs": 3}},
+            "template": {
+                "spec": {"containers": [{"name": "runtime", "image": f"kruntimes/{name}-runtime"}]}
+            },
+        },
+    }
 
 
 def task_manifest(name: str, **spec: Any) -> dict[str, Any]:
@@ -91,6 +109,13 @@ def task_manifest(name: str, **spec: Any) -> dict[str, Any]:
 async def set_status(kube: Kube, name: str, status: dict[str, Any]) -> dict[str, Any]:
     """Patch a Run's status (playing the control plane / runtimed)."""
     return await kube.patch(RUNS, name, NS, {"status": status}, subresource="status")
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], *, seconds: float = 10.0) -> None:
+    """Poll ``check`` (an API read) every 20 ms until it is true; fail after ``seconds``."""
+    with trio.fail_after(seconds):
+        while not await check():  # noqa: ASYNC110 - polls the API server, no event to wait on
+            await trio.sleep(0.02)
 
 
 def kubeconfig_path(apiserver: ApiServerHandle) -> Path:

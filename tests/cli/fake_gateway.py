@@ -81,14 +81,25 @@ def _app(gateway: FakeGateway) -> Any:
             reason = rest[0] if rest else REASONS[code]
             if code in (429, 503):
                 out_headers.append((b"retry-after", b"3"))
-            payload = {"error": {"code": code, "reason": reason, "message": f"fake {reason}",
-                                 "invocationId": invocation}}
+            payload = {
+                "error": {
+                    "code": code,
+                    "reason": reason,
+                    "message": f"fake {reason}",
+                    "invocationId": invocation,
+                }
+            }
             status, content = code, json.dumps(payload).encode()
         else:
             status, content = 200, json.dumps({"echo": json.loads(body)}).encode()
             out_headers.append((b"x-kruntime-outputs", b'{"summary":"done"}'))
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), *out_headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), *out_headers],
+            }
+        )
         await send({"type": "http.response.body", "body": content})
 
     return app

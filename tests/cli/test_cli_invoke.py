@@ -29,22 +29,38 @@ async def ready_function(
     kube: Kube, name: str, *, host: str, port: int, ca_pem: bytes | None, phase: str = "Ready"
 ) -> str:
     """Create a function Run and make it Ready with an endpoint at host:port; its URL."""
-    created = await kube.create(RUNS, {
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"runtime": "python", "source": {"inline": "def invoke(r): return r", "inlinePath": "main.py"},
-                 "mode": {"function": {"handler": "main.invoke"}}},
-    })
+    created = await kube.create(
+        RUNS,
+        {
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "runtime": "python",
+                "source": {"inline": "def invoke(r): return r", "inlinePath": "main.py"},
+                "mode": {"function": {"handler": "main.invoke"}},
+            },
+        },
+    )
     uid = created["metadata"]["uid"]
     url = f"https://{host}:{port}/v1/namespaces/{NS}/runtimes/python/functions/{uid}:invoke"
     endpoint: dict[str, Any] = {"protocol": "HTTPS", "url": url}
     if ca_pem is not None:
         endpoint["caBundle"] = base64.b64encode(ca_pem).decode()
-    await set_status(kube, name, {"phase": "Running", "attempt": 1, "assignedPod": "rt-1",
-                                  "assignedPodUID": "p-1"})
+    await set_status(
+        kube,
+        name,
+        {"phase": "Running", "attempt": 1, "assignedPod": "rt-1", "assignedPodUID": "p-1"},
+    )
     status: dict[str, Any] = {"phase": phase, "endpoint": endpoint}
     if phase == "Ready":
-        status["conditions"] = [{"type": "Ready", "status": "True", "reason": "FunctionRegistered",
-                                 "lastTransitionTime": "2026-11-29T08:00:00Z", "message": ""}]
+        status["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "FunctionRegistered",
+                "lastTransitionTime": "2026-11-29T08:00:00Z",
+                "message": "",
+            }
+        ]
     await set_status(kube, name, status)
     return url
 
@@ -52,13 +68,17 @@ async def ready_function(
 async def test_invoke_posts_once_with_the_token_and_prints_output_and_metadata(
     kube: Kube, cli: CliRun, gateway: FakeGateway, apiserver: ApiServerHandle
 ) -> None:
-    url = await ready_function(kube, "fn", host="127.0.0.1", port=gateway.port, ca_pem=gateway.ca_pem)
-    result = await cli("invoke", "fn", "-d", '{"x": [1, 2]}', "--invocation-id", "job-42",
-                       "--timeout", "10s")
+    url = await ready_function(
+        kube, "fn", host="127.0.0.1", port=gateway.port, ca_pem=gateway.ca_pem
+    )
+    result = await cli(
+        "invoke", "fn", "-d", '{"x": [1, 2]}', "--invocation-id", "job-42", "--timeout", "10s"
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"echo": {"x": [1, 2]}}
     meta = result.stderr.strip()
-    assert meta.startswith("invocation job-42  latency ") and meta.endswith('outputs {"summary":"done"}')
+    assert meta.startswith("invocation job-42  latency ")
+    assert meta.endswith('outputs {"summary":"done"}')
     [request] = gateway.requests
     assert request["path"] == url.split(str(gateway.port), 1)[1]
     assert request["headers"]["authorization"] == f"Bearer {apiserver.admin_token}"
@@ -68,7 +88,9 @@ async def test_invoke_posts_once_with_the_token_and_prints_output_and_metadata(
     assert request["body"] == b'{"x": [1, 2]}'
 
 
-async def test_invoke_reads_stdin_and_files(kube: Kube, cli: CliRun, gateway: FakeGateway, tmp_path: Path) -> None:
+async def test_invoke_reads_stdin_and_files(
+    kube: Kube, cli: CliRun, gateway: FakeGateway, tmp_path: Path
+) -> None:
     await ready_function(kube, "fn", host="127.0.0.1", port=gateway.port, ca_pem=gateway.ca_pem)
     piped = await cli("invoke", "fn", input='{"from": "stdin"}')
     assert json.loads(piped.stdout) == {"echo": {"from": "stdin"}}
@@ -117,13 +139,16 @@ async def test_gateway_url_override_keeps_tls_checked_against_the_endpoint_host(
     unreachable = await cli("invoke", "fn", "-d", "{}")
     assert unreachable.exit_code == ExitCode.UNREACHABLE
     assert "use --gateway-url with kubectl port-forward" in unreachable.stderr
-    forwarded = await cli("invoke", "fn", "-d", "{}",
-                          env={"KRT_GATEWAY_URL": f"https://127.0.0.1:{gateway.port}"})
+    forwarded = await cli(
+        "invoke", "fn", "-d", "{}", env={"KRT_GATEWAY_URL": f"https://127.0.0.1:{gateway.port}"}
+    )
     assert forwarded.exit_code == 0, forwarded.output
     assert gateway.requests[-1]["path"].startswith("/v1/namespaces/default/runtimes/python/")
 
 
-async def test_tls_is_verified_against_the_ca_bundle(kube: Kube, cli: CliRun, gateway: FakeGateway) -> None:
+async def test_tls_is_verified_against_the_ca_bundle(
+    kube: Kube, cli: CliRun, gateway: FakeGateway
+) -> None:
     import trustme
 
     other_ca = trustme.CA().cert_pem.bytes()
@@ -131,6 +156,8 @@ async def test_tls_is_verified_against_the_ca_bundle(kube: Kube, cli: CliRun, ga
     result = await cli("invoke", "fn", "-d", "{}")
     assert result.exit_code == ExitCode.UNREACHABLE
     assert "CERTIFICATE_VERIFY_FAILED" in result.stderr
+    assert "caBundle" in result.stderr
+    assert "port-forward" not in result.stderr
     assert gateway.requests == []
 
 
@@ -144,7 +171,9 @@ async def test_tls_is_verified_against_the_ca_bundle(kube: Kube, cli: CliRun, ga
 async def test_invoke_checks_ready_before_posting(
     kube: Kube, cli: CliRun, gateway: FakeGateway, phase: str, code: ExitCode, text: str
 ) -> None:
-    await ready_function(kube, "fn", host="127.0.0.1", port=gateway.port, ca_pem=gateway.ca_pem, phase=phase)
+    await ready_function(
+        kube, "fn", host="127.0.0.1", port=gateway.port, ca_pem=gateway.ca_pem, phase=phase
+    )
     result = await cli("invoke", "fn", "-d", "{}")
     assert result.exit_code == code, result.output
     assert text in result.stderr

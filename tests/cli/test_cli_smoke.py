@@ -12,5 +12,18 @@ async def test_get_lists_a_run(kube: Kube, cli: CliRun) -> None:
     await kube.create(RUNS, task_manifest("hello"))
     result = await cli("get")
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.splitlines()[0].split() == ["NAME", "PHASE", "RUNTIME", "POD", "ATTEMPT", "AGE"]
-    assert result.stdout.splitlines()[1].split()[:5] == ["hello", "Pending", "python", "<none>", "0"]
+    assert result.stdout.splitlines()[0].split() == [
+        "NAME",
+        "PHASE",
+        "RUNTIME",
+        "POD",
+        "ATTEMPT",
+        "AGE",
+    ]
+    assert result.stdout.splitlines()[1].split()[:5] == [
+        "hello",
+        "Pending",
+        "python",
+        "<none>",
+        "0",
+    ]

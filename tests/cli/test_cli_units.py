@@ -92,7 +92,8 @@ def test_failure_message_is_one_line_with_reason_advice_and_invocation_id() -> N
     assert failure.code is ExitCode.UNAVAILABLE
     assert "\n" not in failure.message
     assert failure.message.startswith("HTTP 503 FunctionUnavailable: not ready yet (")
-    assert "Retry-After 2s" in failure.message and failure.message.endswith("[invocation inv-1]")
+    assert "Retry-After 2s" in failure.message
+    assert failure.message.endswith("[invocation inv-1]")
 
 
 # -- tables --------------------------------------------------------------------------------
@@ -141,8 +142,13 @@ def run_obj(name: str, **status: object) -> dict[str, object]:
 
 def test_run_table_columns_and_wide() -> None:
     objs = [
-        run_obj("f", phase="Ready", assignedPod="rt-python-1", attempt=2,
-                endpoint={"protocol": "HTTPS", "url": "https://gw/v1/x:invoke"}),
+        run_obj(
+            "f",
+            phase="Ready",
+            assignedPod="rt-python-1",
+            attempt=2,
+            endpoint={"protocol": "HTTPS", "url": "https://gw/v1/x:invoke"},
+        ),
         run_obj("p"),
     ]
     table = render_objects(objs, OutputFormat.TABLE, plural="runs", now=NOW, single=False)
@@ -158,10 +164,16 @@ def test_run_table_columns_and_wide() -> None:
 
 def test_json_yaml_and_name_output() -> None:
     objs = [run_obj("a"), run_obj("b")]
-    one = json.loads(render_objects(objs[:1], OutputFormat.JSON, plural="runs", now=NOW, single=True))
-    assert one["metadata"]["name"] == "a" and "managedFields" not in one["metadata"]
-    many = yaml.safe_load(render_objects(objs, OutputFormat.YAML, plural="runs", now=NOW, single=False))
-    assert many["kind"] == "List" and [i["metadata"]["name"] for i in many["items"]] == ["a", "b"]
+    one = json.loads(
+        render_objects(objs[:1], OutputFormat.JSON, plural="runs", now=NOW, single=True)
+    )
+    assert one["metadata"]["name"] == "a"
+    assert "managedFields" not in one["metadata"]
+    many = yaml.safe_load(
+        render_objects(objs, OutputFormat.YAML, plural="runs", now=NOW, single=False)
+    )
+    assert many["kind"] == "List"
+    assert [i["metadata"]["name"] for i in many["items"]] == ["a", "b"]
     names = render_objects(objs, OutputFormat.NAME, plural="runs", now=NOW, single=False)
     assert names.splitlines() == ["run.kruntimes.io/a", "run.kruntimes.io/b"]
     assert objs[0]["metadata"]["managedFields"]  # type: ignore[index]  # input untouched
@@ -170,8 +182,13 @@ def test_json_yaml_and_name_output() -> None:
 def test_runtime_table() -> None:
     runtime = {
         "metadata": {"name": "python", "creationTimestamp": ago(3600 * 30)},
-        "spec": {"replicas": 2, "capacity": {"resources": {"runs": 4}},
-                 "template": {"spec": {"containers": [{"name": "runtime", "image": "kruntimes/python"}]}}},
+        "spec": {
+            "replicas": 2,
+            "capacity": {"resources": {"runs": 4}},
+            "template": {
+                "spec": {"containers": [{"name": "runtime", "image": "kruntimes/python"}]}
+            },
+        },
         "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]},
     }
     table = render_objects([runtime], OutputFormat.WIDE, plural="runtimes", now=NOW, single=False)
@@ -193,8 +210,14 @@ def test_task_run_manifest() -> None:
         retries=2,
         backoff_seconds=1.5,
     )
-    obj = task_run(name=None, namespace="ns", common=common, source="print(1)",
-                   source_path="job.py", args=("--x",))
+    obj = task_run(
+        name=None,
+        namespace="ns",
+        common=common,
+        source="print(1)",
+        source_path="job.py",
+        args=("--x",),
+    )
     assert obj["metadata"] == {"namespace": "ns", "generateName": "run-"}
     assert obj["spec"] == {
         "runtime": "python",
@@ -211,9 +234,15 @@ def test_task_run_manifest() -> None:
 
 
 def test_function_run_manifest() -> None:
-    obj = function_run(name="f", namespace="ns", common=CommonSpec(runtime="python"),
-                       source="def invoke(r): ...", source_path="main.py",
-                       handler="main.invoke", idle_timeout_seconds=0.2)
+    obj = function_run(
+        name="f",
+        namespace="ns",
+        common=CommonSpec(runtime="python"),
+        source="def invoke(r): ...",
+        source_path="main.py",
+        handler="main.invoke",
+        idle_timeout_seconds=0.2,
+    )
     assert obj["metadata"] == {"namespace": "ns", "name": "f"}
     assert obj["spec"]["mode"] == {"function": {"handler": "main.invoke", "idleTimeoutSeconds": 1}}
     assert obj["spec"]["source"] == {"inline": "def invoke(r): ...", "inlinePath": "main.py"}
@@ -236,7 +265,8 @@ def test_run_keeps_name_and_command_apart(monkeypatch: pytest.MonkeyPatch) -> No
     assert seen["command"] == ("echo", "--not-an-option")
     with click.Context(run_cmd) as ctx:
         run_cmd.parse_args(ctx, ["--runtime", "bash", "--", "echo hi"])
-        assert ctx.params["name"] is None and ctx.meta[COMMAND_KEY] == ("echo hi",)
+        assert ctx.params["name"] is None
+        assert ctx.meta[COMMAND_KEY] == ("echo hi",)
 
 
 # -- invoke helpers ------------------------------------------------------------------------
@@ -268,7 +298,8 @@ def test_gateway_url_override_keeps_path_and_checks_tls_against_the_endpoint_hos
     assert new == "https://127.0.0.1:8443/v1/namespaces/d/runtimes/python/functions/u:invoke"
     assert server_name == "runtime-gateway.kruntimes-system.svc"
     same, none = override_base(url, "https://runtime-gateway.kruntimes-system.svc:9443/")
-    assert same.startswith("https://runtime-gateway.kruntimes-system.svc:9443/v1/") and none is None
+    assert same.startswith("https://runtime-gateway.kruntimes-system.svc:9443/v1/")
+    assert none is None
     with pytest.raises(ValueError, match="scheme://host"):
         override_base(url, "https://127.0.0.1:8443/prefix")
 
@@ -279,16 +310,20 @@ def test_gateway_url_override_keeps_path_and_checks_tls_against_the_endpoint_hos
 def test_parse_line_keeps_only_the_runs_records() -> None:
     out = json.dumps({"message": "hello", "run_uid": "u1", "attempt": 2, "stream": "stdout"})
     err = json.dumps({"message": "oops", "run_uid": "u1", "attempt": 1, "stream": "stderr"})
-    sys_line = json.dumps({"message": "execution started", "run_uid": "u1", "level": "info",
-                           "time": "T"})
+    sys_line = json.dumps(
+        {"message": "execution started", "run_uid": "u1", "level": "info", "time": "T"}
+    )
     other = json.dumps({"message": "x", "run_uid": "u2", "stream": "stdout"})
     assert parse_line(out, "u1") == parse_line(out, "u1")
     parsed = parse_line(out, "u1")
-    assert parsed is not None and (parsed.text, parsed.stream, parsed.attempt) == ("hello", "stdout", 2)
+    assert parsed is not None
+    assert (parsed.text, parsed.stream, parsed.attempt) == ("hello", "stdout", 2)
     parsed_err = parse_line(err, "u1")
-    assert parsed_err is not None and parsed_err.stream == "stderr"
+    assert parsed_err is not None
+    assert parsed_err.stream == "stderr"
     parsed_sys = parse_line(sys_line, "u1")
-    assert parsed_sys is not None and parsed_sys.stream == "runtimed"
+    assert parsed_sys is not None
+    assert parsed_sys.stream == "runtimed"
     assert parsed_sys.text == "[runtimed info] T execution started"
     assert parse_line(other, "u1") is None
     assert parse_line("not json", "u1") is None
@@ -312,7 +347,9 @@ def test_progress_prints_one_line_per_change_when_not_a_terminal() -> None:
     ]
 
 
-async def test_progress_spinner_redraws_on_a_terminal(autojump_clock: trio.testing.MockClock) -> None:
+async def test_progress_spinner_redraws_on_a_terminal(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     stream = io.StringIO()
     progress = Progress("job", stream=stream, tty=True)
     progress.update({"status": {"phase": "Scheduled"}})
@@ -327,7 +364,11 @@ async def test_progress_spinner_redraws_on_a_terminal(autojump_clock: trio.testi
 
 def test_describe_progress_names_the_pending_reason() -> None:
     text = describe_progress(
-        {"status": {"conditions": [{"type": "Scheduled", "status": "False", "reason": "NoReadyPod"}]}}
+        {
+            "status": {
+                "conditions": [{"type": "Scheduled", "status": "False", "reason": "NoReadyPod"}]
+            }
+        }
     )
     assert text == "Pending (NoReadyPod)"
 
@@ -343,36 +384,60 @@ def test_describe_shows_spec_status_conditions_and_events() -> None:
         assignedPod="rt-1",
         assignedPodUID="pod-uid",
         endpoint={"protocol": "HTTPS", "url": "https://gw/x:invoke", "caBundle": "QUJD"},
-        conditions=[{"type": "Ready", "status": "True", "reason": "FunctionRegistered",
-                     "lastTransitionTime": ago(30), "message": "registered"}],
+        conditions=[
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "FunctionRegistered",
+                "lastTransitionTime": ago(30),
+                "message": "registered",
+            }
+        ],
         outputs={"b": "2", "a": "1"},
     )
     run["spec"]["env"] = [{"name": "A", "value": "1"}]  # type: ignore[index]
     events = [
-        {"type": "Warning", "reason": "StartFailed", "message": "boom\nagain",
-         "lastTimestamp": ago(10), "source": {"component": "runtimed"}, "count": 3,
-         "firstTimestamp": ago(100)},
-        {"type": "Normal", "reason": "Scheduled", "message": "bound to rt-1",
-         "lastTimestamp": ago(60), "source": {"component": "kruntimes-scheduler"}},
+        {
+            "type": "Warning",
+            "reason": "StartFailed",
+            "message": "boom\nagain",
+            "lastTimestamp": ago(10),
+            "source": {"component": "runtimed"},
+            "count": 3,
+            "firstTimestamp": ago(100),
+        },
+        {
+            "type": "Normal",
+            "reason": "Scheduled",
+            "message": "bound to rt-1",
+            "lastTimestamp": ago(60),
+            "source": {"component": "kruntimes-scheduler"},
+        },
     ]
     text = describe_run(run, events, NOW)
     lines = text.splitlines()
     assert lines[0].split() == ["Name:", "f"]
-    assert "  Handler:" in text and "main.invoke" in text
-    assert "  Env:" in text and "A=1" in text
-    assert "Endpoint:" in text and "https://gw/x:invoke (HTTPS, with CA bundle)" in text
-    assert "    a: 1" in text and text.index("    a: 1") < text.index("    b: 2")
+    assert "  Handler:" in text
+    assert "main.invoke" in text
+    assert "  Env:" in text
+    assert "A=1" in text
+    assert "Endpoint:" in text
+    assert "https://gw/x:invoke (HTTPS, with CA bundle)" in text
+    assert "    a: 1" in text
+    assert text.index("    a: 1") < text.index("    b: 2")
     assert any(line.split()[:4] == ["Ready", "True", "FunctionRegistered", "30s"] for line in lines)
     events_at = lines.index("Events:")
     assert lines[events_at + 1].split() == ["Type", "Reason", "Age", "From", "Message"]
     assert lines[events_at + 2].split()[:2] == ["Normal", "Scheduled"]  # oldest first
-    assert "(x3 over 100s)" in lines[events_at + 3] and "boom again" in lines[events_at + 3]
+    assert "(x3 over 100s)" in lines[events_at + 3]
+    assert "boom again" in lines[events_at + 3]
 
 
 def test_describe_without_status_or_events() -> None:
     run = run_obj("t")
     run["spec"] = {"runtime": "bash", "mode": {"task": {"args": ["echo hi"]}}}
     text = describe_run(run, [], NOW)
-    assert "Phase:" in text and "Pending" in text
+    assert "Phase:" in text
+    assert "Pending" in text
     assert "'echo hi'" in text
     assert text.splitlines()[-1] == "  <none>"

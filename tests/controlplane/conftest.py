@@ -12,7 +12,7 @@ from krt.kube.client import Kube, connect
 from krt.kube.resources import NAMESPACES
 from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster
 
-from .harness import NS, HeartbeatDouble, install_crds
+from .harness import NS, HeartbeatDouble, install_crds, write_image_table
 
 
 @pytest.fixture
@@ -20,7 +20,12 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery) -> ClusterHandle:
     """A whole localkube (API server, controllers, node) under ``tmp_path``."""
     handle: ClusterHandle = await nursery.start(
         serve_cluster,
-        ClusterConfig(state_dir=tmp_path / "state", backoff_initial=0.2, shutdown_grace=1.0),
+        ClusterConfig(
+            state_dir=tmp_path / "state",
+            images_file=write_image_table(tmp_path),
+            backoff_initial=0.2,
+            shutdown_grace=1.0,
+        ),
     )
     return handle
 

@@ -60,6 +60,8 @@ class FakeKube:
         self._uids = 0
         #: (verb, plural, name) of every write, in order.
         self.writes: list[tuple[str, str, str]] = []
+        #: Objects kept from lists and watches (a lagging informer) but visible to ``get``.
+        self.hidden: set[Key] = set()
         #: Awaited before every write with (verb, ref, object or name).
         self.before_write: Callable[[str, ResourceRef, Any], Awaitable[None]] | None = None
 
@@ -107,6 +109,7 @@ class FakeKube:
             copy.deepcopy(obj)
             for (plural, ns, _name), obj in sorted(self.objects.items())
             if plural == ref.plural
+            and (plural, ns, _name) not in self.hidden
             and (namespace is None or ns == namespace)
             and _matches(obj, label_selector)
         ]

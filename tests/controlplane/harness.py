@@ -6,9 +6,10 @@ renews the Pod's heartbeat Lease (:func:`krt.kube.heartbeat.run_heartbeat`, the 
 runtimed will use) and sets the ``kruntimes.io/RuntimedReady`` Pod condition (the readiness
 gate). :meth:`HeartbeatDouble.stop` ends one Pod's heartbeat, as a dead runtimed would.
 
-Runtime Pods here run ``localkube/tcp-echo`` for both containers (the Runtime Server and the
-injected sidecar via ``daemonImage``): long-running processes that are ready as soon as they
-run.
+Runtime Pods here run :data:`SLEEPER_IMAGE` for both containers (the Runtime Server and the
+injected sidecar via ``daemonImage``): a process that only sleeps, ready as soon as it runs
+and listening on nothing, so Pods never fail on a port another test process on this machine
+holds on the shared loopback. :func:`write_image_table` declares it for localkube.
 """
 
 from __future__ import annotations
@@ -32,6 +33,32 @@ from krt.kube.resources import PODS, RUNS, RUNTIMES, ResourceRef
 from krt.kube.status import patch_pod_condition
 
 NS = "demo"
+#: A test image that sleeps until SIGTERM (declared by :func:`write_image_table`).
+SLEEPER_IMAGE = "krt-test/sleeper"
+
+
+def write_image_table(directory: Path) -> Path:
+    """Write a localkube image table adding :data:`SLEEPER_IMAGE`; return its path."""
+    path = directory / "images.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "images": {
+                    SLEEPER_IMAGE: {
+                        "entrypoint": [
+                            "{python}",
+                            "-c",
+                            "import signal, sys, time\n"
+                            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+                            "while True: time.sleep(3600)",
+                        ],
+                        "description": "sleeps until SIGTERM (control-plane tests)",
+                    }
+                }
+            }
+        )
+    )
+    return path
 
 
 CRDS = ResourceRef(
@@ -57,7 +84,7 @@ async def install_crds(kube: Kube) -> None:
 def runtime_manifest(
     name: str = "python", *, replicas: int = 2, runs: int = 4, namespace: str = NS
 ) -> dict[str, Any]:
-    """A Runtime whose Pods run ``localkube/tcp-echo`` for both containers."""
+    """A Runtime whose Pods run :data:`SLEEPER_IMAGE` for both containers."""
     return {
         "apiVersion": "kruntimes.io/v1alpha1",
         "kind": "Runtime",
@@ -65,18 +92,8 @@ def runtime_manifest(
         "spec": {
             "replicas": replicas,
             "capacity": {"resources": {"runs": runs}},
-            "daemonImage": "localkube/tcp-echo",
-            "template": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "runtime",
-                            "image": "localkube/tcp-echo",
-                            "env": [{"name": "PORT", "value": "9091"}],
-                        }
-                    ]
-                }
-            },
+            "daemonImage": SLEEPER_IMAGE,
+            "template": {"spec": {"containers": [{"name": "runtime", "image": SLEEPER_IMAGE}]}},
         },
     }
 

@@ -22,7 +22,7 @@ from krt.api.times import format_time
 from krt.controlplane.app import ControlPlane, ControlPlaneConfig, serve_controlplane
 from krt.kube.client import Kube
 from krt.kube.clock import TrioLinkedClock, format_micro_time
-from krt.kube.resources import DEPLOYMENTS, LEASES, PODS, RUNS, RUNTIMES, ResourceRef
+from krt.kube.resources import DEPLOYMENTS, LEASES, PODS, RUNS, RUNTIMES, SERVICES, ResourceRef
 
 from .builders import NOW, run_dict, runtime_dict
 from .fakekube import FakeKube
@@ -306,3 +306,65 @@ async def test_heartbeat_returning_wakes_pending_run_at_once(
         await until(lambda: phase(fake, "r1") == "Scheduled")
         assert trio.current_time() - back < 0.1
         assert running.scheduler.bound == 1
+
+
+async def test_name_taken_by_foreign_object_is_reported_not_overwritten(
+    fake: FakeKube, clock: TrioLinkedClock, autojump_clock: trio.abc.Clock
+) -> None:
+    foreign = await fake.create(
+        SERVICES, {"metadata": {"name": "runtime-python", "namespace": NS}, "spec": {"x": 1}}
+    )
+    await fake.create(RUNTIMES, runtime_dict(runs=2))
+    async with plane(fake, clock, resync_seconds=3600):
+        await until(lambda: fake.peek(DEPLOYMENTS, NS, "runtime-python") is not None)
+
+        def reasons() -> list[str]:
+            return [
+                str(o.get("reason")) for (kind, _, _), o in fake.objects.items() if kind == "events"
+            ]
+
+        await until(lambda: "NameConflict" in reasons())
+        await trio.sleep(30)
+        service = fake.peek(SERVICES, NS, "runtime-python")
+        assert service is not None
+        assert service["metadata"]["uid"] == foreign["metadata"]["uid"]
+        assert service["spec"] == {"x": 1}
+
+        def creates() -> int:
+            return len([w for w in fake.writes if w[:2] == ("create", "services")])
+
+        before = creates()
+        await trio.sleep(60)
+        assert creates() - before <= 3  # exponential backoff (a 1 s retry would make 60)
+
+
+async def test_reaper_confirms_pod_gone_with_a_live_read(
+    fake: FakeKube, clock: TrioLinkedClock, autojump_clock: trio.abc.Clock
+) -> None:
+    """A Run bound to a Pod the (lagging) Pod cache does not show is left alone."""
+    await fake.create(RUNTIMES, runtime_dict(runs=2))
+    unseen = await add_pod(fake, "p-new")
+    fake.hidden.add(("pods", NS, "p-new"))
+    await add_run(fake, "r1", max_attempts=3)
+    await set_status(
+        fake,
+        RUNS,
+        "r1",
+        {
+            "phase": "Running",
+            "assignedPod": "p-new",
+            "assignedPodUID": unseen["metadata"]["uid"],
+            "attempt": 1,
+        },
+    )
+    async with plane(fake, clock, resync_seconds=3600) as running:
+        await trio.sleep(10)
+        assert phase(fake, "r1") == "Running"
+        assert running.metrics.recoveries._metrics == {}  # noqa: SLF001
+        # once the Pod is really gone, the same Run is recovered
+        fake.hidden.clear()
+        await fake.delete(PODS, "p-new", NS)
+        await until(lambda: phase(fake, "r1") == "Pending", seconds=10)
+        stored = fake.peek(RUNS, NS, "r1")
+        assert stored is not None
+        assert stored["status"]["attempt"] == 2

@@ -40,11 +40,10 @@ def test_deployment_injects_runtimed_sidecar_with_default_image() -> None:
     containers = _containers(make_runtime())
     assert set(containers) == {"runtime", "runtimed"}
     assert containers["runtimed"]["image"] == "kruntimes/runtimed"
-    assert containers["runtimed"]["ports"][0] == {
-        "name": "grpc",
-        "containerPort": 9090,
-        "protocol": "TCP",
-    }
+    assert containers["runtimed"]["ports"] == [
+        {"name": "grpc", "containerPort": 9090, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 8081, "protocol": "TCP"},
+    ]
 
 
 def test_daemon_image_overrides_default() -> None:
@@ -63,6 +62,8 @@ def test_runtimed_env() -> None:
         assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == path
     assert env["RUNTIME_NAME"]["value"] == "python"
     assert env["RUNTIME_SERVER_ADDRESS"]["value"] == "$(POD_IP):9091"
+    assert env["WORKSPACE_DIR"]["value"] == "/kruntimes/workspace"
+    assert env["RUNTIMED_HTTP_PORT"]["value"] == "8081"
     names = [e["name"] for e in _containers(make_runtime())["runtimed"]["env"]]
     assert names.index("POD_IP") < names.index("RUNTIME_SERVER_ADDRESS")  # $(POD_IP) expands
 

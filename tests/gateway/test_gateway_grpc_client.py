@@ -238,6 +238,7 @@ async def test_pool_never_retries_after_dispatch() -> None:
                 await pool.unary_call(key, SERVICE, "InvokeFunction", invoke_payload())
             assert excinfo.value.dispatched
             assert len(fake.received) == 1  # not sent again on a new connection
+        nursery.cancel_scope.cancel()
 
 
 async def test_pool_replaces_a_dead_connection_before_dispatch() -> None:

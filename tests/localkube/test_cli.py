@@ -106,3 +106,28 @@ async def test_apiserver_command_rejects_bad_port(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert b"--port" in result.stderr
+
+
+async def test_second_server_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
+    process, _ = await _start(tmp_path)
+    try:
+        result = await trio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "localkube.cli",
+                "apiserver",
+                "--state-dir",
+                str(tmp_path),
+                "--port",
+                "0",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        assert result.returncode == 1
+        assert b"is in use by another localkube process" in result.stderr
+        assert b"Traceback" not in result.stderr
+    finally:
+        await _stop(process)

@@ -10,6 +10,8 @@ on the Pod IP, with ``--work-dir`` the shared workspace as the node lays it out
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -127,13 +129,18 @@ def container_pid(pod_root: Path, container: str) -> int:
 
 @asynccontextmanager
 async def running_cluster(
-    state_dir: Path, *, images: dict[str, Any] | None = None
+    state_dir: Path,
+    *,
+    images: dict[str, Any] | None = None,
+    controlplane_process: bool = False,
 ) -> AsyncIterator[Cluster]:
     """localkube + CRDs + namespace + the control plane (no leader election).
 
     Args:
         state_dir: the cluster's state directory.
         images: an images overlay (``{name: {"entrypoint": [...]}}``) for test images.
+        controlplane_process: run the control plane as its own ``krt-controlplane``
+            process (as in production) instead of inside this process.
     """
     images_file = None
     if images:
@@ -163,8 +170,34 @@ async def running_cluster(
                         break
                     except NotFound:
                         await trio.sleep(0.05)
-            await nursery.start(
-                serve_controlplane, kube, ControlPlaneConfig(namespaces=[NS], leader_elect=False)
-            )
-            yield Cluster(kube=kube, state_dir=state_dir)
+            if controlplane_process:
+                process = await trio.lowlevel.open_process(
+                    [
+                        str(Path(sys.executable).parent / "krt-controlplane"),
+                        "--kubeconfig",
+                        str(handle.apiserver.kubeconfig_path),
+                        "--namespace",
+                        NS,
+                        "--no-leader-elect",
+                        "--metrics-addr",
+                        "0",
+                        "--log-level",
+                        "warning",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                )
+            else:
+                process = None
+                await nursery.start(
+                    serve_controlplane,
+                    kube,
+                    ControlPlaneConfig(namespaces=[NS], leader_elect=False),
+                )
+            try:
+                yield Cluster(kube=kube, state_dir=state_dir)
+            finally:
+                if process is not None:
+                    process.terminate()
+                    with trio.CancelScope(shield=True):
+                        await process.wait()
             nursery.cancel_scope.cancel()

@@ -19,7 +19,7 @@ from krt.api import Run, bind_patch
 from krt.api.patches import apply_merge_patch
 from krt.kube.client import Kube, connect
 from krt.kube.errors import NotFound
-from krt.kube.resources import LEASES, NAMESPACES, PODS, RUNS, ResourceRef
+from krt.kube.resources import EVENTS, LEASES, NAMESPACES, PODS, RUNS, ResourceRef
 from localkube.apiserver import ApiServerConfig, running_apiserver
 from runtimed.daemon import DaemonConfig, DaemonHandle, serve_daemon
 from runtimed.identity import PodIdentity
@@ -157,8 +157,24 @@ async def test_daemon_runs_tasks_end_to_end(kube: Kube, tmp_path: Path) -> None:
         assert timed_out["status"]["phase"] == "Timeout"
         assert (await handle.server.status(timed_out["metadata"]["uid"])).state.value == "NotFound"
 
+        # a start failure (the server rejects Execute) fails the Run and records an Event
+        await create_bound_run(kube, pod, "reject", {"mode": {"task": {"args": ["a", "b"]}}})
+        rejected = await wait_phase(kube, "reject", "Failed", "Succeeded")
+        assert rejected["status"]["reason"] == "StartFailed"
+        assert "INVALID_ARGUMENT" in rejected["status"]["message"]
+        with trio.fail_after(10):
+            while True:
+                events, _ = await kube.list(EVENTS, NS)
+                if any(
+                    e["reason"] == "StartFailed" and e["involvedObject"]["name"] == "reject"
+                    for e in events
+                ):
+                    break
+                await trio.sleep(0.05)
+
         async with httpx.AsyncClient() as http:
             body = (await http.get(f"http://127.0.0.1:{handle.http_port}/metrics")).text
         assert 'runtimed_task_runs_total{outcome="Succeeded"} 1.0' in body
         assert "runtimed_runtime_server_healthy 1.0" in body
+        assert "runtimed_claim_lag_seconds_count 4.0" in body
         nursery.cancel_scope.cancel()

@@ -137,7 +137,7 @@ async def test_restarts_of_runtimed_and_of_the_runtime_server(tmp_path: Path) ->
         workspace = root / "workspace"
 
         # killing runtimed mid-execution: the Run still ends right, executed exactly once
-        once = "echo run >> ../../../once.log\nsleep 2\necho 'done=1' >> \"$KRUNTIME_OUTPUTS\"\n"
+        once = "echo run >> ../../../once.log\nsleep 1\necho 'done=1' >> \"$KRUNTIME_OUTPUTS\"\n"
         await kube.create(RUNS, task_run("once", "bash", once))
         with trio.fail_after(20):
             while not (workspace / "once.log").exists():  # noqa: ASYNC110
@@ -150,7 +150,7 @@ async def test_restarts_of_runtimed_and_of_the_runtime_server(tmp_path: Path) ->
 
         # killing the Runtime Server mid-execution: ExecutionLost, then a retry
         await wait_runtime_ready(kube, "bash", 1)
-        lost = "echo run >> ../../../lost.log\nsleep 3\n"
+        lost = "echo run >> ../../../lost.log\nsleep 1.5\n"
         await kube.create(
             RUNS,
             task_run("lost", "bash", lost, retryPolicy={"maxAttempts": 2, "backoff": "100ms"}),

@@ -277,6 +277,34 @@ async def test_long_non_ascii_error_reaches_grpcio_as_unknown(
         assert error.details().endswith("[truncated]")
 
 
+async def test_oversized_request_fails_fast_and_the_server_keeps_serving(
+    start_runtime_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    # purerpc refuses a message over 32 MiB by dropping the connection: the socket must then
+    # be closed, or the client hangs until its deadline (here it would wait the full 20 s).
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        ref = await _register(server, tmp_path)
+        request = pb.InvokeFunctionRequest(registration=ref, input=b"x" * (33 * 1024 * 1024))
+
+        def call() -> grpc.RpcError:
+            with grpc.insecure_channel(f"{server.host}:{server.port}") as channel:
+                invoke = channel.unary_unary(
+                    f"/{FUNCTIONS}/InvokeFunction",
+                    request_serializer=pb.InvokeFunctionRequest.SerializeToString,
+                    response_deserializer=pb.InvokeFunctionResponse.FromString,
+                )
+                with pytest.raises(grpc.RpcError) as excinfo:
+                    invoke(request, timeout=20)
+                return excinfo.value
+
+        start = trio.current_time()
+        error: Any = await trio.to_thread.run_sync(call)
+        assert error.code() is not grpc.StatusCode.DEADLINE_EXCEEDED, error.details()
+        assert trio.current_time() - start < 5
+        health = await server.runtime.Health(pb.HealthRequest())
+        assert health.healthy
+
+
 @pytest.mark.parametrize("text", ["x" * 10_000, "é" * 3000, "a b%" * 2000, "😀" * 2000])
 def test_fit_status_message_bounds_the_encoded_trailer(text: str) -> None:
     fitted = fit_status_message(text)

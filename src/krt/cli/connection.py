@@ -15,11 +15,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from krt.kube.client import Kube, connect
+if TYPE_CHECKING:
+    from krt.kube.client import Kube
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,6 +94,8 @@ async def open_kube(target: KubeTarget) -> AsyncIterator[Kube]:
         ConnectionFailed: the API server did not answer.
         ApiError: ``/version`` was refused (e.g. 401).
     """
+    from krt.kube.client import connect  # imports kr8s (~0.4 s): only when connecting
+
     kube = await connect(
         kubeconfig=target.kubeconfig, context=target.context, namespace=target.namespace
     )

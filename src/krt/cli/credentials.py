@@ -16,12 +16,15 @@ Tokens are never printed or logged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from krt.cli.exitcodes import ExitCode
+from krt.cli.exitcodes import ExitCode, for_http_status
 from krt.cli.failures import CommandFailed
-from krt.kube.client import Kube
 from krt.kube.errors import ApiError
 from krt.kube.resources import SERVICEACCOUNTS, ResourceRef
+
+if TYPE_CHECKING:
+    from krt.kube.client import Kube  # kr8s is imported only when a command connects
 
 SELFSUBJECTREVIEWS = ResourceRef(
     "authentication.k8s.io", "v1", "selfsubjectreviews", False, "SelfSubjectReview"
@@ -141,7 +144,7 @@ async def invoke_token(kube: Kube, *, service_account: ServiceAccountRef | None)
         return await request_token(kube, account)
     except ApiError as exc:
         raise CommandFailed(
-            ExitCode.UNAUTHENTICATED if exc.code in (401, 403, 404) else ExitCode.SERVER_ERROR,
+            for_http_status(exc.code, exc.reason),
             f"cannot get a token for ServiceAccount {account.namespace}/{account.name}: "
             f"{exc.message or exc}",
         ) from exc

@@ -16,8 +16,7 @@ import click
 import trio
 
 from krt.cli.exitcodes import ExitCode, for_http_status
-from krt.kube.client import ConfigError
-from krt.kube.errors import AlreadyExists, ApiError, ConnectionFailed, Invalid
+from krt.kube.errors import AlreadyExists, ApiError, ConnectionFailed, Invalid, KubeError
 
 T = TypeVar("T")
 
@@ -94,7 +93,7 @@ def run_async(main: Callable[[], Awaitable[T]]) -> T:
         fail(code, message)
 
 
-_EXPECTED = (CommandFailed, ConfigError, ConnectionFailed, ApiError, KeyboardInterrupt)
+_EXPECTED = (CommandFailed, KubeError, KeyboardInterrupt)
 
 
 def _expected_leaf(exc: BaseException) -> BaseException | None:
@@ -112,11 +111,11 @@ def _expected_leaf(exc: BaseException) -> BaseException | None:
 def _classify(exc: BaseException) -> tuple[ExitCode, str]:
     if isinstance(exc, CommandFailed):
         return exc.code, exc.message
-    if isinstance(exc, ConfigError):
-        return ExitCode.UNREACHABLE, f"no usable Kubernetes configuration: {exc}"
     if isinstance(exc, ConnectionFailed):
         return ExitCode.UNREACHABLE, f"cannot reach the Kubernetes API server: {exc}"
     if isinstance(exc, ApiError):
         failure = describe_api_error(exc)
         return failure.code, failure.message
+    if isinstance(exc, KubeError):  # krt.kube.client.ConfigError, or another client-side error
+        return ExitCode.UNREACHABLE, f"no usable Kubernetes configuration: {exc}"
     return ExitCode.INTERRUPTED, "interrupted"

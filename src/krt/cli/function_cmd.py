@@ -9,7 +9,6 @@ command waits for phase Ready (seed 000: registered and accepting invokes) and p
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from krt.api.phases import Phase, WaitTarget, phase_of
 from krt.cli.connection import KubeTarget, kube_options, open_kube
 from krt.cli.exitcodes import ExitCode, epilog
 from krt.cli.failures import CommandFailed, describe_api_error, run_async
-from krt.cli.lookup import now
+from krt.cli.lookup import check_runtime, now
 from krt.cli.manifests import CommonSpec, function_run
 from krt.cli.params import (
     Duration,
@@ -122,6 +121,7 @@ def create_cmd(
 
     async def main() -> None:
         async with open_kube(target) as kube:
+            await check_runtime(kube, runtime, kube.namespace)
             manifest = function_run(
                 name=name,
                 namespace=kube.namespace,
@@ -163,7 +163,6 @@ def create_cmd(
         _print(final, output)
 
     run_async(main)
-    sys.exit(0)
 
 
 def _print(run: Obj, output: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -39,7 +39,7 @@ from krt.kube.resources import RUNS
 Obj = dict[str, Any]
 
 
-def read_input(data: str | None, stdin: Any) -> tuple[bytes, str]:
+def read_input(data: str | None, stdin: TextIO) -> tuple[bytes, str]:
     """The request body from ``-d`` (JSON text, ``@file`` or ``-``) or stdin.
 
     Without ``-d``: stdin when it is not a terminal, else ``{}``.
@@ -53,9 +53,9 @@ def read_input(data: str | None, stdin: Any) -> tuple[bytes, str]:
     if data is None:
         if stdin.isatty():
             return b"{}", "the default body {}"
-        return stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode(), "stdin"
+        return _read_all(stdin), "stdin"
     if data == "-":
-        return (stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()), "stdin"
+        return _read_all(stdin), "stdin"
     if data.startswith("@"):
         path = Path(data[1:])
         try:
@@ -65,6 +65,11 @@ def read_input(data: str | None, stdin: Any) -> tuple[bytes, str]:
                 f"cannot read {path}: {exc.strerror}", param_hint="'-d/--data'"
             ) from None
     return data.encode("utf-8", errors="surrogateescape"), "-d"
+
+
+def _read_all(stdin: TextIO) -> bytes:
+    buffer = getattr(stdin, "buffer", None)
+    return buffer.read() if buffer is not None else stdin.read().encode()
 
 
 @click.command(

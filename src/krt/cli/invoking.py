@@ -211,10 +211,15 @@ async def post(invocation: Invocation) -> InvokeResult:
                     invocation.url, content=invocation.body, headers=headers, extensions=extensions
                 )
             except httpx.ConnectError as exc:
+                reason = _reason(exc)
+                hint = (
+                    ""
+                    if "CERTIFICATE_VERIFY_FAILED" in reason
+                    else " (outside the cluster? use --gateway-url with kubectl port-forward)"
+                )
                 raise CommandFailed(
                     ExitCode.UNREACHABLE,
-                    f"cannot connect to the gateway at {where}: {_reason(exc)} "
-                    "(outside the cluster? use --gateway-url with kubectl port-forward)",
+                    f"cannot connect to the gateway at {where}: {reason}{hint}",
                 ) from exc
             except httpx.TransportError as exc:
                 raise CommandFailed(

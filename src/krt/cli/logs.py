@@ -17,15 +17,17 @@ import json
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import trio
 
 from krt.api.phases import is_terminal, phase_of
-from krt.kube.client import Kube
 from krt.kube.errors import ApiError, ConnectionFailed, error_from_status
 from krt.kube.resources import PODS
+
+if TYPE_CHECKING:
+    from krt.kube.client import Kube  # kr8s is imported only when a command connects
 
 #: The container runtimed runs in (``krt.controlplane.naming.RUNTIMED_CONTAINER_NAME``).
 RUNTIMED_CONTAINER = "runtimed"

@@ -7,13 +7,15 @@ A 404 on a Run can mean the Run does not exist or that kruntimes' CRDs are not i
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from krt.cli.exitcodes import ExitCode
 from krt.cli.failures import CommandFailed
-from krt.kube.client import Kube
-from krt.kube.errors import NotFound
+from krt.kube.errors import ApiError, NotFound
 from krt.kube.resources import RUNS, RUNTIMES, ResourceRef
+
+if TYPE_CHECKING:
+    from krt.kube.client import Kube  # kr8s is imported only when a command connects
 
 Obj = dict[str, Any]
 
@@ -70,4 +72,32 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-__all__ = ["RUNS", "RUNTIMES", "get_object", "list_objects", "not_installed", "now"]
+async def check_runtime(kube: Kube, name: str, namespace: str) -> None:
+    """Fail early when the Runtime a new Run names does not exist (a usual mistake).
+
+    A Run for a missing Runtime would be accepted and stay Pending (``RuntimeNotFound``);
+    saying so before creating it, with the Runtimes that do exist, saves the wait. When the
+    caller may not read Runtimes (403), the check is skipped.
+
+    Raises:
+        CommandFailed: exit 3, naming the Runtimes of the namespace.
+    """
+    try:
+        await kube.get(RUNTIMES, name, namespace)
+        return
+    except NotFound as exc:
+        if exc.details.get("name") != name:
+            raise not_installed(RUNTIMES) from exc
+    except ApiError as exc:
+        if exc.code == 403:
+            return
+        raise
+    try:
+        items, _ = await kube.list(RUNTIMES, namespace)
+        known = ", ".join(sorted(o["metadata"]["name"] for o in items)) or "none"
+    except ApiError:
+        known = "unknown"
+    raise CommandFailed(
+        ExitCode.NOT_FOUND,
+        f'Runtime "{name}" not found in namespace "{namespace}" (Runtimes there: {known})',
+    )

@@ -9,8 +9,9 @@ single argument as a command line). Without NAME the API server generates one (`
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -20,7 +21,7 @@ from krt.cli.connection import KubeTarget, kube_options, open_kube
 from krt.cli.exitcodes import ExitCode, epilog
 from krt.cli.failures import describe_api_error, run_async
 from krt.cli.logs import LogLine, follow_run_logs
-from krt.cli.lookup import now
+from krt.cli.lookup import check_runtime, now
 from krt.cli.manifests import CommonSpec, task_run
 from krt.cli.params import Duration, EnvVar, check_env, check_run_name, output_option, read_source
 from krt.cli.printing import OutputFormat, render_objects
@@ -29,8 +30,12 @@ from krt.cli.waiting import Progress, target_reached, time_limit, wait_with_prog
 from krt.kube.errors import ApiError
 from krt.kube.resources import RUNS
 
+if TYPE_CHECKING:
+    from krt.kube.client import Kube  # kr8s is imported only when a command connects
+
 Obj = dict[str, Any]
 COMMAND_KEY = "krt_command_args"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class SplitAtDashDash(click.Command):
@@ -51,7 +56,7 @@ class SplitAtDashDash(click.Command):
         return super().parse_args(ctx, args)
 
 
-def common_options(func: Any) -> Any:
+def common_options(func: F) -> F:
     """``--env``, ``--timeout``, ``--retries``, ``--backoff``, ``--ttl`` (task and function)."""
     for option in reversed(
         [
@@ -183,6 +188,7 @@ def run_cmd(
 
     async def main() -> ExitCode:
         async with open_kube(target) as kube:
+            await check_runtime(kube, runtime, kube.namespace)
             manifest = task_run(
                 name=name,
                 namespace=kube.namespace,
@@ -220,7 +226,7 @@ def _print_created(created: Obj, output: str) -> None:
         )
 
 
-async def await_final(kube: Any, created: Obj, *, follow: bool) -> Obj:
+async def await_final(kube: Kube, created: Obj, *, follow: bool) -> Obj:
     """Wait until the created Run is terminal, streaming its output when ``follow``."""
     name = created["metadata"]["name"]
     if follow:

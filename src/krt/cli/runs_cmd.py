@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +20,9 @@ from krt.cli.printing import OutputFormat, render_objects
 from krt.cli.waiting import Progress, time_limit, wait_for_deletion, wait_with_progress
 from krt.kube.errors import ApiError, NotFound
 from krt.kube.resources import EVENTS, RUNS
+
+if TYPE_CHECKING:
+    from krt.kube.client import Kube  # kr8s is imported only when a command connects
 
 Obj = dict[str, Any]
 
@@ -179,7 +183,7 @@ def logs_cmd(target: KubeTarget, name: str, follow: bool, runtimed: bool) -> Non
     run_async(main)
 
 
-async def print_logs(kube: Any, run: Obj, emit: Any) -> None:
+async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> None:
     """Print the Run's lines from its assigned Pod's log (no follow).
 
     Raises:

@@ -24,8 +24,8 @@ from krt.api.durations import format_duration
 from krt.api.phases import Phase, WaitTarget, is_terminal, phase_of, wait_finished
 from krt.cli.exitcodes import ExitCode
 from krt.cli.failures import CommandFailed
-from krt.kube.client import Kube
 from krt.kube.errors import ConnectionFailed, Gone, NotFound
+from krt.kube.interface import KubeClient
 from krt.kube.resources import RUNS
 
 Obj = dict[str, Any]
@@ -44,7 +44,7 @@ class RunDeleted(CommandFailed):
         super().__init__(ExitCode.NOT_FOUND, message)
 
 
-async def follow_run(kube: Kube, namespace: str, name: str) -> AsyncGenerator[Obj, None]:
+async def follow_run(kube: KubeClient, namespace: str, name: str) -> AsyncGenerator[Obj, None]:
     """Yield the Run now and after every change, until the caller stops iterating.
 
     Args:
@@ -112,7 +112,7 @@ def target_reached(obj: Obj, target: WaitTarget) -> bool:
 
 
 async def wait_for_run(
-    kube: Kube,
+    kube: KubeClient,
     namespace: str,
     name: str,
     done: Callable[[Obj], bool],
@@ -140,7 +140,7 @@ async def wait_for_run(
     raise RunDeleted(f"Run {namespace}/{name} was deleted")  # pragma: no cover
 
 
-async def wait_for_deletion(kube: Kube, namespace: str, name: str) -> None:
+async def wait_for_deletion(kube: KubeClient, namespace: str, name: str) -> None:
     """Return once the Run is gone (finalizers done)."""
     try:
         async with aclosing(follow_run(kube, namespace, name)) as versions:
@@ -181,7 +181,7 @@ class Progress:
         tty: force terminal mode on or off (default: ``stream.isatty()``).
     """
 
-    def __init__(self, name: str, *, stream: TextIO | None = None, tty: bool | None = None):
+    def __init__(self, name: str, *, stream: TextIO | None = None, tty: bool | None = None) -> None:
         self.name = name
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
@@ -224,7 +224,7 @@ class Progress:
 
 
 async def wait_with_progress(
-    kube: Kube,
+    kube: KubeClient,
     namespace: str,
     name: str,
     done: Callable[[Obj], bool],

@@ -32,7 +32,7 @@ from krt.controlplane.podstate import (
 )
 from krt.kube.client import Kube, Obj
 from krt.kube.heartbeat import heartbeat_lease_name
-from krt.kube.informer import Handler, IndexFunc, Informer
+from krt.kube.informer import EventType, Handler, IndexFunc, Informer, InformerEvent
 from krt.kube.resources import (
     DEPLOYMENTS,
     ENDPOINTSLICES,
@@ -207,7 +207,8 @@ class Caches:
         self.runs.add_index(RUNS_BY_POD_UID, _run_pod_uid)
         self.pods.add_index(PODS_BY_RUNTIME, _pod_runtime)
         self.slices.add_index(SLICES_BY_SERVICE, _slice_service)
-        self._parsed: dict[tuple[str, str], Run] = {}
+        self._parsed: dict[tuple[str, str], tuple[Obj, Run]] = {}
+        self.runs.add_handler(self._forget_deleted)
 
     @property
     def all_sets(self) -> list[InformerSet]:
@@ -235,27 +236,31 @@ class Caches:
     # -- typed reads -----------------------------------------------------------------------
 
     def parse_run(self, obj: Obj) -> Run | None:
-        """Parse a Run dict, reusing the parse of the same version; ``None`` if malformed."""
+        """Parse a Run dict; ``None`` (and a warning) if malformed.
+
+        The parse of the object the Runs informer currently caches is kept until that
+        object changes, so the scheduler's usage sums do not re-parse every Run; any other
+        dict (an event's old version, a fresh read) is parsed without being kept.
+        """
         meta = _meta(obj)
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        current = self.runs.get(*key) is obj
         cached = self._parsed.get(key)
-        if (
-            cached is not None
-            and cached.metadata.resource_version == meta.get("resourceVersion")
-            and cached.metadata.uid == meta.get("uid")
-        ):
-            return cached
+        if current and cached is not None and cached[0] is obj:
+            return cached[1]
         try:
             run = Run.from_dict(obj)
         except ApiError as exc:
             log.warning("ignoring malformed Run %s/%s: %s", key[0], key[1], exc)
             return None
-        self._parsed[key] = run
+        if current:
+            self._parsed[key] = (obj, run)
         return run
 
-    def forget_run(self, namespace: str, name: str) -> None:
-        """Drop a deleted Run's parse."""
-        self._parsed.pop((namespace, name), None)
+    def _forget_deleted(self, event: InformerEvent) -> None:
+        if event.type is EventType.DELETED:
+            meta = _meta(event.obj)
+            self._parsed.pop((str(meta.get("namespace", "")), str(meta.get("name", ""))), None)
 
     def get_run(self, namespace: str, name: str) -> Run | None:
         """The cached Run, parsed, or ``None``."""

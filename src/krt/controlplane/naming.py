@@ -28,6 +28,10 @@ MAX_SERVICE_NAME_CHARS: Final = 63
 RUNTIMED_GRPC_PORT: Final = 9090
 #: Name of that container port and of the Runtime Service's port: the gateway looks it up.
 RUNTIMED_GRPC_PORT_NAME: Final = "grpc"
+#: runtimed's HTTP port (``/healthz``, ``/metrics``; runtimed's ``RUNTIMED_HTTP_PORT``).
+RUNTIMED_HTTP_PORT: Final = 8081
+#: Name of that container port (Prometheus scrape configs select it by name).
+RUNTIMED_HTTP_PORT_NAME: Final = "metrics"
 #: Container name of the injected sidecar.
 RUNTIMED_CONTAINER_NAME: Final = "runtimed"
 #: Image of the injected sidecar when ``Runtime.spec.daemonImage`` is unset.

@@ -7,7 +7,9 @@ replacement under the same name), the Runtime Service's EndpointSlices, or the P
 heartbeat Lease. A suspect but unfenced Run is re-checked every :data:`RECHECK_SECONDS`
 (heartbeats expire without an event).
 
-A recovery writes the retry engine's patch with a conditional status update (requeue to
+"Pod UID gone" is confirmed with one live GET of the Pod before anything is written: the
+Pods cache may lag the Runs cache (a new leader lists Pods before Runs), and a stale read
+must never fence a live assignment. A recovery then writes the retry engine's patch with a conditional status update (requeue to
 Pending with ``attempt + 1`` and reason ``PodLost``, or Failed), *then* removes the
 registration-cleanup finalizer when the fence was "Pod UID gone", with a merge patch that
 carries the Run's ``resourceVersion`` (conditional too). A 409 at either step re-reads from
@@ -26,15 +28,16 @@ import trio
 from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER
 from krt.api.patches import apply_merge_patch
 from krt.api.retry import Retry
+from krt.api.run import Run
 from krt.controlplane.caches import Caches
 from krt.controlplane.events import Recorder
-from krt.controlplane.fencing import Healthy, NotFenced, Recover, decide_reap, in_scope
+from krt.controlplane.fencing import Fence, Healthy, NotFenced, Recover, decide_reap, in_scope
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.informer import EventType, InformerEvent
-from krt.kube.resources import RUNS
+from krt.kube.resources import PODS, RUNS
 from krt.kube.status import write_status
 from krt.kube.workqueue import Requeue, WorkQueue
 
@@ -138,6 +141,10 @@ class Reaper:
             log.debug("Run %s/%s: %s", *key, decision.why)
             return Requeue(after=RECHECK_SECONDS)
         assert isinstance(decision, Recover)
+        if decision.fence is Fence.POD_GONE and await self._pod_still_exists(run):
+            # the Pod cache lags (e.g. a fresh leader's Pods list predates the bind): never
+            # fence a live assignment on a stale read
+            return Requeue(after=1.0)
         current = obj
         if decision.decision is not None:
             try:
@@ -171,6 +178,14 @@ class Reaper:
                     fence=decision.fence.value, outcome="finalizer-removed"
                 ).inc()
         return None
+
+    async def _pod_still_exists(self, run: Run) -> bool:
+        """Confirm "Pod UID gone" with a live read before acting on it (rare: only on loss)."""
+        try:
+            pod = await self._kube.get(PODS, run.status.assigned_pod or "", run.metadata.namespace)
+        except NotFound:
+            return False
+        return bool((pod.get("metadata") or {}).get("uid") == run.status.assigned_pod_uid)
 
     async def _remove_finalizer(self, obj: Obj) -> None:
         meta = obj.get("metadata") or {}

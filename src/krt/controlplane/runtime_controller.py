@@ -123,6 +123,7 @@ class RuntimeController:
             log.warning("Runtime %s/%s: %s", namespace, name, exc)
             return None
         requeue = False
+        blocked = False
         for want in desired:
             ref, informer_set = self._children[want["kind"]]
             have = informer_set.get(namespace, want["metadata"]["name"])
@@ -133,10 +134,13 @@ class RuntimeController:
                 elif needs_update(have, want):
                     await self._kube.replace(ref, merge_for_update(have, want))
                     log.info("Runtime %s/%s: updated %s", namespace, name, want["kind"])
-            except (AlreadyExists, Conflict):
+            except AlreadyExists:
+                if not await self._owned_elsewhere(ref, want, obj):
+                    requeue = True  # ours: the cache is behind; its event queues this key
+                else:
+                    blocked = True
+            except (Conflict, NotFound):
                 requeue = True  # the cache is behind; its event queues this key again
-            except NotFound:
-                requeue = True
             except Invalid as exc:
                 self._recorder.record(
                     obj, type="Warning", reason="InvalidTemplate", message=str(exc)
@@ -156,11 +160,36 @@ class RuntimeController:
                 )
             except (Conflict, NotFound):
                 requeue = True
+        if blocked:
+            return Requeue(after=None)  # exponential backoff until the name is freed
         if requeue:
             return Requeue(after=1.0)
         expiry = self._caches.next_heartbeat_expiry(namespace, name)
         # re-check when a heartbeat would lapse: readyReplicas must drop without an event
         return Requeue(after=expiry + 0.1) if expiry is not None else None
+
+    async def _owned_elsewhere(
+        self, ref: ResourceRef, want: Mapping[str, Any], runtime_obj: Mapping[str, Any]
+    ) -> bool:
+        """True (and a Warning Event) when an object of that name exists but is not ours."""
+        meta = want["metadata"]
+        try:
+            existing = await self._kube.get(ref, meta["name"], meta["namespace"])
+        except NotFound:
+            return False
+        uid = (runtime_obj.get("metadata") or {}).get("uid")
+        owners = (existing.get("metadata") or {}).get("ownerReferences") or []
+        if any(owner.get("uid") == uid for owner in owners):
+            return False
+        message = (
+            f'{want["kind"]} "{meta["name"]}" already exists and is not owned by this Runtime; '
+            "delete or rename it"
+        )
+        self._recorder.record(runtime_obj, type="Warning", reason="NameConflict", message=message)
+        log.warning(
+            "Runtime %s/%s: %s", meta["namespace"], runtime_obj["metadata"]["name"], message
+        )
+        return True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Reconcile until cancelled (the caller holds leadership). Checks every Runtime first."""

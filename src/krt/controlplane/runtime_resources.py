@@ -48,6 +48,8 @@ from krt.controlplane.naming import (
     RUNTIMED_CONTAINER_NAME,
     RUNTIMED_GRPC_PORT,
     RUNTIMED_GRPC_PORT_NAME,
+    RUNTIMED_HTTP_PORT,
+    RUNTIMED_HTTP_PORT_NAME,
     WORKSPACE_MOUNT_PATH,
     WORKSPACE_VOLUME_NAME,
     runtime_deployment_name,
@@ -136,7 +138,8 @@ def runtimed_container(runtime: Runtime) -> dict[str, Any]:
     Environment: ``POD_NAME``, ``POD_NAMESPACE``, ``POD_UID``, ``POD_IP`` (downward API),
     ``RUNTIME_NAME``, ``RUNTIME_SERVER_ADDRESS`` (``$(POD_IP):<spec.port>``: the Runtime
     Server listens on the Pod's address, which is also loopback-reachable on Kubernetes),
-    ``RUNTIMED_PORT`` and ``WORKSPACE_DIR``.
+    ``RUNTIMED_PORT`` (gRPC), ``RUNTIMED_HTTP_PORT`` (``/healthz``, ``/metrics``) and
+    ``WORKSPACE_DIR``. Ports ``grpc`` (the Service's target) and ``metrics`` are declared.
     """
     return {
         "name": RUNTIMED_CONTAINER_NAME,
@@ -146,7 +149,12 @@ def runtimed_container(runtime: Runtime) -> dict[str, Any]:
                 "name": RUNTIMED_GRPC_PORT_NAME,
                 "containerPort": RUNTIMED_GRPC_PORT,
                 "protocol": "TCP",
-            }
+            },
+            {
+                "name": RUNTIMED_HTTP_PORT_NAME,
+                "containerPort": RUNTIMED_HTTP_PORT,
+                "protocol": "TCP",
+            },
         ],
         "env": [
             _field_env("POD_NAME", "metadata.name"),
@@ -156,6 +164,7 @@ def runtimed_container(runtime: Runtime) -> dict[str, Any]:
             {"name": "RUNTIME_NAME", "value": runtime.metadata.name},
             {"name": "RUNTIME_SERVER_ADDRESS", "value": f"$(POD_IP):{runtime.spec.port}"},
             {"name": "RUNTIMED_PORT", "value": str(RUNTIMED_GRPC_PORT)},
+            {"name": "RUNTIMED_HTTP_PORT", "value": str(RUNTIMED_HTTP_PORT)},
             {"name": "WORKSPACE_DIR", "value": WORKSPACE_MOUNT_PATH},
         ],
         "volumeMounts": [{"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH}],

@@ -134,7 +134,6 @@ class Scheduler:
         self._usage.pop(runtime_key(key[0], spec_runtime), None)
         if event.type is EventType.DELETED:
             self.assumed.observe(str(meta.get("uid", "")), None)
-            self._caches.forget_run(*key)
             self._pending_since.pop(key, None)
             old = self._caches.parse_run(event.old or obj)
             if old is not None and capacity_holder(old) is not None:
@@ -247,42 +246,58 @@ class Scheduler:
             return None
         if isinstance(decision, Backoff):
             return Requeue(after=decision.delay_seconds)
+        assert self._binds is not None, "reconcile runs only inside Scheduler.run"
         if isinstance(decision, Bind):
             self.assumed.assume(run, decision.pod.uid)
             usage[decision.pod.uid] = add(
                 usage.get(decision.pod.uid, {}), run.spec.effective_requests
             )
-            assert self._binds is not None
             self._binds.start_soon(self._bind, key, obj, run, decision)
             return None
         if isinstance(decision, Cancel):
-            await self._write(obj, decision.patch)
-            self._recorder.record(
-                obj,
-                type="Normal",
-                reason=Reason.CANCELLED.value,
-                message="cancelled before it was scheduled",
-            )
             self._pending_since.pop(key, None)
+            self._binds.start_soon(
+                self._write,
+                key,
+                obj,
+                decision.patch,
+                ("Normal", Reason.CANCELLED.value, "cancelled before it was scheduled"),
+            )
             return None
         assert isinstance(decision, Unschedulable)
         self._metrics.unschedulable.labels(reason=decision.reason.value).inc()
         if decision.patch:
-            await self._write(obj, decision.patch)
-            self._recorder.record(
-                obj, type="Warning", reason="FailedScheduling", message=decision.message
+            self._binds.start_soon(
+                self._write,
+                key,
+                obj,
+                decision.patch,
+                ("Warning", "FailedScheduling", decision.message),
             )
         return None
 
-    async def _write(self, obj: Obj, patch: Mapping[str, Any]) -> Obj | None:
-        """Conditional status write; a conflict or a vanished Run is left to the informer."""
-        try:
-            return await write_status(
-                self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), patch)
-            )
-        except (Conflict, NotFound) as exc:
-            log.debug("status write of %s skipped: %s", _key(obj), exc)
-            return None
+    async def _write(
+        self, key: RunKey, obj: Obj, patch: Mapping[str, Any], event: tuple[str, str, str]
+    ) -> None:
+        """A conditional status write off the scheduling cycle, then its Event.
+
+        A conflict or a vanished Run is left to the informer (the newer Run is queued
+        again); other API errors retry the key after half a second.
+        """
+        async with self._bind_limit:
+            try:
+                await write_status(
+                    self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), patch)
+                )
+            except (Conflict, NotFound) as exc:
+                log.debug("status write of %s/%s skipped: %s", *key, exc)
+                return
+            except KubeError as exc:
+                log.warning("status write of %s/%s failed: %s", *key, exc)
+                self.queue.add_after(key, 0.5)
+                return
+        kind, reason, message = event
+        self._recorder.record(obj, type=kind, reason=reason, message=message)
 
     def _drop_assumption(self, key: RunKey, run: Run) -> None:
         self.assumed.forget(run.metadata.uid)

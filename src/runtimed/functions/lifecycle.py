@@ -1,0 +1,723 @@
+"""The function-Run lifecycle of runtimed: the trio adapter around :mod:`.decisions`.
+
+Seeds 000 (Lifecycle State Machine, Ownership Epoch and Fencing, Cleanup and Finalization,
+Capacity) and 002 (Registration Identity, Registration and Status Semantics,
+Unregistration); issue 7. Shape, mirroring the task lifecycle:
+
+* the Run informer's handler (:meth:`FunctionLifecycle.on_run_event`) enqueues the key of
+  every function Run assigned to this Pod (or holding local state here) into a
+  :class:`~krt.kube.workqueue.WorkQueue`; :meth:`FunctionLifecycle.run` runs its workers
+  and the pollers' nursery;
+* :meth:`FunctionLifecycle.reconcile` reads the *cached* Run, asks
+  :func:`~runtimed.functions.decisions.decide_function` and performs the action, repeatedly,
+  until an action writes (a status write or a finalizer patch ends the reconciliation; the
+  next one acts on the object that write returned until the cache catches up) or waits.
+  It is the only writer of ``Run.status`` and of the finalizer; every write is conditional;
+* registration (source preparation + RegisterFunction, bounded by ``fail_after``) runs in
+  the reconcile; on success the registry (:mod:`.registry`) holds the opaque registration
+  ID, never status;
+* one idle poller per Ready registration (:mod:`.idle`) in its own cancel scope inside the
+  lifecycle's nursery; it only records its verdict and enqueues;
+* cleanup (cancel, delete, lifetime, idle; seed 000 "Cleanup and Finalization"): mark the
+  registry entry TERMINATING first (no new invokes), stop the poller, UnregisterFunction
+  (drain in-flight work within ``timings.drain`` seconds -- a ``move_on_after`` scope --
+  then cancel it; Cancel and LifetimeExceeded cancel at once), remove the Run's files,
+  drop the registry entry (the capacity unit is released with the terminal phase or the
+  finalizer), then write Cancelled/Timeout or remove the finalizer.
+
+Restart safety: everything local is rebuilt from the Run objects. A Ready Run without a
+local registration is re-adopted by RegisterFunction with the same attempt and digest (the
+server answers with the same registration ID; no status write). A cleanup that finds no
+local ID learns it the same way before unregistering. A crash between unregister and the
+status write repeats cleanup, which is idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import trio
+
+from krt.api import Failure, FailureReason, Retry, Run
+from krt.api.errors import ApiError
+from krt.api.patches import StatusPatch, apply_merge_patch
+from krt.api.run import FunctionMode, Source
+from krt.kube.client import Obj
+from krt.kube.clock import Clock
+from krt.kube.errors import Conflict, NotFound
+from krt.kube.informer import EventType, InformerEvent
+from krt.kube.workqueue import Requeue, WorkQueue
+from runtimed.events import EventSink, NullEventSink
+from runtimed.functions.client import FunctionRpcError, FunctionServer, RegisterSpec
+from runtimed.functions.decisions import (
+    AddFinalizer,
+    Claim,
+    Cleanup,
+    CleanupKind,
+    Fail,
+    FunctionAction,
+    Ignore,
+    LocalView,
+    MarkReady,
+    Register,
+    Release,
+    RemoveFinalizer,
+    ResumeRetry,
+    Serve,
+    Wait,
+    decide_function,
+    failure_from_register_error,
+    is_function_run,
+)
+from runtimed.functions.digest import registration_digest
+from runtimed.functions.finalizers import FinalizerWriter
+from runtimed.functions.idle import PollResult, Verdict, poll_registration
+from runtimed.functions.registry import FunctionRegistry
+from runtimed.functions.settings import FunctionSettings
+from runtimed.identity import PodIdentity
+from runtimed.runtime_client import ServerUnavailable
+from runtimed.sources import (
+    PreparationError,
+    RunFiles,
+    Workspace,
+    prepare_source,
+    remove_run_files,
+)
+from runtimed.tasks import RunCache, StatusWriter
+
+__all__ = ["FunctionLifecycle", "FunctionStats"]
+
+log = logging.getLogger(__name__)
+function_log = logging.getLogger("runtimed.function")
+
+#: Upper bound on actions in one reconciliation (real chains: finalizer, register, ready).
+MAX_STEPS: Final = 8
+
+
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _assigned_uid(obj: Obj | None) -> str:
+    if obj is None:
+        return ""
+    return str((obj.get("status") or {}).get("assignedPodUID") or "")
+
+
+class _Unreachable(Exception):
+    """The Runtime Server did not answer; look again later."""
+
+
+@dataclass
+class _Local:
+    """Local state of one function Run (see :class:`~.decisions.LocalView`)."""
+
+    uid: str
+    key: str
+    attempt: int | None = None
+    registration_id: str | None = None
+    failure: Failure | None = None
+    idle_expired: bool = False
+    cleaned: bool = False
+    poller: trio.CancelScope | None = None
+
+    def view(self) -> LocalView:
+        return LocalView(
+            attempt=self.attempt,
+            registered=self.registration_id is not None,
+            failure=self.failure,
+            idle_expired=self.idle_expired,
+            cleaned=self.cleaned,
+        )
+
+    def stop_poller(self) -> None:
+        if self.poller is not None:
+            self.poller.cancel()
+            self.poller = None
+
+
+@dataclass
+class FunctionStats:
+    """Counters for tests, metrics and the bench.
+
+    Attributes:
+        registrations: successful RegisterFunction calls (re-adoptions included).
+        adoptions: re-adoptions of Ready Runs (no status write).
+        registration_failures: failures applied through the retry engine.
+        cleanups: completed cleanup sequences.
+        status_writes: status writes made (a Ready Run makes none while it serves).
+    """
+
+    registrations: int = 0
+    adoptions: int = 0
+    registration_failures: int = 0
+    cleanups: int = 0
+    status_writes: int = 0
+
+
+class FunctionLifecycle:
+    """Runs the function Runs assigned to one Runtime Pod (see the module docstring).
+
+    Args:
+        pod: this Pod.
+        cache: the Run cache (the informer of the Pod's namespace).
+        writer: conditional status writes (``runtimed.tasks.KubeStatusWriter``).
+        finalizers: conditional finalizer edits (:class:`~.finalizers.KubeFinalizers`).
+        server: the local Runtime Server's FunctionRuntime
+            (:class:`~.client.FunctionRuntimeClient`, run by the caller).
+        workspace: the workspace shared with the Runtime Server.
+        clock: wall clock (``startTime``, ``spec.timeout``, idle comparison).
+        settings: endpoint, defaults, deadlines.
+        registry: the Run UID -> registration map the invoke proxy reads (a new one when
+            omitted).
+        events: Event sink (registration failures).
+        git: the git executable for repository sources.
+        workers: parallel reconcile workers (one Run is never reconciled twice at once).
+        prepare: ``async (source, files) -> None`` preparing a Run's working directory
+            (default :func:`runtimed.sources.prepare_source` with ``git``); it raises
+            :class:`~runtimed.sources.PreparationError`.
+    """
+
+    def __init__(
+        self,
+        *,
+        pod: PodIdentity,
+        cache: RunCache,
+        writer: StatusWriter,
+        finalizers: FinalizerWriter,
+        server: FunctionServer,
+        workspace: Workspace,
+        clock: Clock,
+        settings: FunctionSettings | None = None,
+        registry: FunctionRegistry | None = None,
+        events: EventSink | None = None,
+        git: str = "git",
+        workers: int = 16,
+        prepare: Callable[[Source | None, RunFiles], Awaitable[None]] | None = None,
+    ) -> None:
+        self.pod = pod
+        self._cache = cache
+        self._writer = writer
+        self._finalizers = finalizers
+        self._server = server
+        self.workspace = workspace
+        self._clock = clock
+        self.settings = settings or FunctionSettings()
+        self.timings = self.settings.timings
+        self.registry = registry or FunctionRegistry()
+        self._events = events or NullEventSink()
+        self._git = git
+        self._workers = workers
+        self._prepare_source = prepare or functools.partial(prepare_source, git=git)
+        self.queue: WorkQueue[str] = WorkQueue("runtimed-functions", base_delay=0.1, max_delay=30.0)
+        self.stats = FunctionStats()
+        self._local: dict[str, _Local] = {}
+        #: Run UID -> (resourceVersions we wrote from, the object our last write returned).
+        self._written: dict[str, tuple[set[str], Obj]] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    def local(self, uid: str) -> LocalView | None:
+        """The local view of Run ``uid`` (tests, diagnostics)."""
+        local = self._local.get(uid)
+        return local.view() if local is not None else None
+
+    def wants(self, obj: Obj | None) -> bool:
+        """True for a function Run assigned to this Pod (the dispatch test of the daemon)."""
+        return obj is not None and is_function_run(obj) and _assigned_uid(obj) == self.pod.uid
+
+    def on_run_event(self, event: InformerEvent) -> None:
+        """Informer handler: enqueue function Runs assigned here or holding local state here."""
+        obj = event.obj
+        if event.type is EventType.DELETED:
+            self._written.pop(_uid(obj), None)
+        if not is_function_run(obj):
+            return
+        mine = self.pod.uid
+        if (
+            _assigned_uid(obj) == mine
+            or _assigned_uid(event.old) == mine
+            or _uid(obj) in self._local
+            or any(local.key == _key(obj) for local in self._local.values())
+        ):
+            self.queue.add(_key(obj))
+
+    def adopt(self, objs: Iterable[Obj]) -> int:
+        """Enqueue every function Run of ``objs`` assigned to this Pod (start-up re-adoption).
+
+        Returns:
+            How many were enqueued.
+        """
+        count = 0
+        for obj in objs:
+            if self.wants(obj):
+                self.queue.add(_key(obj))
+                count += 1
+        return count
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the reconcile workers and hold the pollers' nursery; never returns unless cancelled.
+
+        Call after the Run cache has synced; ``started()`` once the workers run.
+        """
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self._run_queue)
+            task_status.started()
+
+    async def _run_queue(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        await self.queue.run(self.reconcile_key, workers=self._workers, task_status=task_status)
+
+    # -- reconcile ---------------------------------------------------------------------------
+
+    async def reconcile_key(self, key: str) -> Requeue | None:
+        """Reconcile one Run key (``namespace/name``); the work queue calls this.
+
+        Returns:
+            ``Requeue(after)`` to be called again, or ``None`` to wait for an event.
+        """
+        namespace, _, name = key.partition("/")
+        obj = self._current(self._cache.get(namespace, name))
+        current_uid = _uid(obj) if obj is not None else ""
+        wake: list[float] = []
+        for local in [lr for lr in self._local.values() if lr.key == key]:
+            if local.uid != current_uid:  # gone, or the name now belongs to a new Run
+                after = await self._release(local, "the Run is gone")
+                if after is not None:
+                    wake.append(after)
+        if obj is None:
+            return Requeue(min(wake)) if wake else None
+        outcome = await self.reconcile(obj)
+        if wake:
+            first = min(wake)
+            if outcome is None or (outcome.after is not None and outcome.after > first):
+                return Requeue(first)
+        return outcome
+
+    async def reconcile(self, obj: Obj) -> Requeue | None:
+        """Drive one function Run (as read from the cache) as far as it goes without waiting.
+
+        Args:
+            obj: the Run object (a task Run is ignored).
+
+        Returns:
+            ``Requeue(after)`` to look again after ``after`` seconds, or ``None``.
+        """
+        if not is_function_run(obj):
+            return None
+        try:
+            run = Run.from_dict(obj)
+            endpoint = self.settings.endpoint(run)
+        except ApiError as exc:
+            log.warning("Run %s cannot be read: %s", _key(obj), exc)
+            return None
+        for _ in range(MAX_STEPS):
+            local = self._local.get(run.metadata.uid)
+            action = decide_function(
+                run,
+                pod_uid=self.pod.uid,
+                local=local.view() if local is not None else None,
+                endpoint=endpoint,
+                now=self._clock.now(),
+            )
+            outcome = await self._perform(obj, run, action)
+            if isinstance(outcome, _Continue):
+                continue
+            return outcome
+        log.warning("Run %s: no stable decision after %d steps", run.key, MAX_STEPS)
+        return Requeue(1.0)
+
+    def _current(self, cached: Obj | None) -> Obj | None:
+        """The cached Run, or the object our own last write returned while the cache lags it."""
+        if cached is None:
+            return None
+        written = self._written.get(_uid(cached))
+        if written is None:
+            return cached
+        stale, latest = written
+        if _rv(cached) in stale:
+            return latest
+        del self._written[_uid(cached)]
+        return cached
+
+    def _remember(self, before: Obj, after: Obj) -> None:
+        uid = _uid(before)
+        stale = self._written[uid][0] if uid in self._written else set()
+        stale.add(_rv(before))
+        self._written[uid] = (stale, after)
+
+    def _local_for(self, run: Run) -> _Local:
+        uid = run.metadata.uid
+        local = self._local.get(uid)
+        if local is None:
+            local = self._local[uid] = _Local(uid=uid, key=run.key)
+        return local
+
+    async def _perform(
+        self, obj: Obj, run: Run, action: FunctionAction
+    ) -> Requeue | None | _Continue:
+        uid = run.metadata.uid
+        if isinstance(action, Ignore):
+            local = self._local.get(uid)
+            if local is not None and local.cleaned:
+                del self._local[uid]
+            return None
+        if isinstance(action, Wait):
+            return Requeue(action.after)
+        if isinstance(action, Serve):
+            return Requeue(action.after) if action.after is not None else None
+        if isinstance(action, Release):
+            local = self._local[uid]
+            after = await self._release(local, action.why)
+            return Requeue(after) if after is not None else _CONTINUE
+        if isinstance(action, Claim):
+            return await self._write(obj, action.patch, "claimed")
+        if isinstance(action, AddFinalizer):
+            return await self._edit_finalizer(obj, add=True)
+        if isinstance(action, RemoveFinalizer):
+            outcome = await self._edit_finalizer(obj, add=False)
+            local = self._local.get(uid)
+            if outcome is not None and local is not None and local.cleaned:
+                del self._local[uid]
+            return outcome
+        if isinstance(action, Register):
+            return await self._register(run, action)
+        if isinstance(action, MarkReady):
+            outcome = await self._write(obj, action.patch, "ready")
+            if outcome is not None:
+                function_log.info("function ready", extra=self._fields(run))
+            return outcome
+        if isinstance(action, Fail):
+            return await self._fail(obj, run, action)
+        if isinstance(action, ResumeRetry):
+            local = self._local_for(run)
+            local.failure = None
+            return await self._write(obj, action.patch, "retry resumed")
+        if isinstance(action, Cleanup):
+            return await self._cleanup(obj, run, action)
+        raise AssertionError(f"unhandled action {action!r}")  # pragma: no cover
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def _write(self, obj: Obj, patch: StatusPatch, what: str) -> Requeue | None:
+        """Conditional status write; ``Requeue(0)`` on success (the next step reads it)."""
+        status = apply_merge_patch(obj.get("status") or {}, patch)
+        try:
+            written = await self._writer.write_status(obj, status)
+        except Conflict:
+            log.debug("Run %s changed since read; waiting for the cache", _key(obj))
+            return None
+        except NotFound:
+            return None
+        self.stats.status_writes += 1
+        self._remember(obj, written)
+        log.debug("Run %s: %s", _key(obj), what)
+        return Requeue(0.0)
+
+    async def _edit_finalizer(self, obj: Obj, *, add: bool) -> Requeue | None:
+        try:
+            if add:
+                written = await self._finalizers.add(obj)
+            else:
+                written = await self._finalizers.remove(obj)
+        except Conflict:
+            return None
+        except NotFound:
+            return None
+        if _rv(written) != _rv(obj):
+            self._remember(obj, written)
+        return Requeue(0.0)
+
+    # -- registration ------------------------------------------------------------------------
+
+    def _source(self, run: Run) -> tuple[Source | None, str]:
+        """``spec.source`` with the runtime's default inline file applied, and that file."""
+        inline_path = self.settings.inline_path(run)
+        source = run.spec.source
+        if source is not None and source.inline is not None and not source.inline_path:
+            source = replace(source, inline_path=inline_path)
+        return source, inline_path
+
+    def _register_spec(self, run: Run, attempt: int) -> RegisterSpec:
+        mode = run.spec.mode
+        assert isinstance(mode, FunctionMode)
+        _, inline_path = self._source(run)
+        env = {e.name: e.value for e in run.spec.env}
+        files = self.workspace.files(run.metadata.uid)
+        return RegisterSpec(
+            run_uid=run.metadata.uid,
+            attempt=attempt,
+            working_dir=self.workspace.for_server(files.work),
+            handler=mode.handler,
+            env=env,
+            idle_timeout_seconds=mode.idle_timeout_seconds or 0,
+            digest=registration_digest(run, inline_path=inline_path, env=env),
+        )
+
+    async def _prepare(self, run: Run, attempt: int, *, adopt: bool) -> Failure | None:
+        """Prepare the source for ``attempt`` (kept as is when re-adopting a Ready Run)."""
+        files = self.workspace.files(run.metadata.uid)
+        if adopt and await trio.to_thread.run_sync(files.work.is_dir):
+            return None
+        source, _ = self._source(run)
+        try:
+            with trio.fail_after(self.timings.prepare):
+                await self._prepare_source(source, files)
+        except PreparationError as exc:
+            return Failure(FailureReason.PREPARATION_FAILED, str(exc), attempt=attempt)
+        except trio.TooSlowError:
+            message = f"source preparation took longer than {self.timings.prepare:g}s"
+            return Failure(FailureReason.PREPARATION_FAILED, message, attempt=attempt)
+        return None
+
+    async def _register(self, run: Run, action: Register) -> Requeue | None | _Continue:
+        local = self._local_for(run)
+        local.stop_poller()
+        attempt = action.attempt
+        if local.attempt != attempt:
+            local.registration_id = None
+            local.failure = None
+            local.idle_expired = False
+        local.attempt = attempt
+        local.cleaned = False
+        spec = self._register_spec(run, attempt)
+        self.registry.registering(
+            run.metadata.uid, key=run.key, attempt=attempt, digest=spec.digest
+        )
+        failure = await self._prepare(run, attempt, adopt=action.adopt)
+        if failure is None:
+            try:
+                with trio.fail_after(self.timings.register):
+                    registration_id = await self._server.register(spec)
+            except FunctionRpcError as exc:
+                failure = failure_from_register_error(exc.code, exc.detail, attempt=attempt)
+                if failure is None:
+                    log.info("RegisterFunction %s: %s", run.key, exc, extra=self._fields(run))
+                    return Requeue(self.timings.unavailable_retry)
+            except (ServerUnavailable, trio.TooSlowError) as exc:
+                log.info("RegisterFunction %s: %r", run.key, exc, extra=self._fields(run))
+                return Requeue(self.timings.unavailable_retry)
+        if failure is not None:
+            local.failure = failure
+            self.registry.unavailable(run.metadata.uid)
+            function_log.warning(
+                "registration failed: %s", failure.message, extra=self._fields(run)
+            )
+            return _CONTINUE
+        local.registration_id = registration_id
+        self.registry.ready(run.metadata.uid, attempt=attempt, registration_id=registration_id)
+        self.stats.registrations += 1
+        if action.adopt:
+            self.stats.adoptions += 1
+            function_log.info("re-adopted registration", extra=self._fields(run))
+        self._start_poller(run, local, registration_id)
+        return _CONTINUE
+
+    def _start_poller(self, run: Run, local: _Local, registration_id: str) -> None:
+        assert self._nursery is not None, "FunctionLifecycle.run() is not running"
+        mode = run.spec.mode
+        assert isinstance(mode, FunctionMode)
+        scope = trio.CancelScope()
+        local.poller = scope
+        attempt = local.attempt
+
+        def report(result: PollResult) -> None:
+            if self._local.get(local.uid) is not local or local.attempt != attempt:
+                return
+            if result.verdict is Verdict.IDLE:
+                local.idle_expired = True
+                self.registry.terminating(local.uid, key=local.key, attempt=attempt or 1)
+            else:
+                reason = (
+                    FailureReason.REGISTRATION_FAILED
+                    if result.verdict is Verdict.FAILED
+                    else FailureReason.REGISTRATION_LOST
+                )
+                local.failure = Failure(reason, result.detail, attempt=attempt)
+                self.registry.unavailable(local.uid)
+            local.poller = None
+            self.queue.add(local.key)
+
+        async def poll() -> None:
+            with scope:
+                await poll_registration(
+                    self._server,
+                    run_uid=local.uid,
+                    registration_id=registration_id,
+                    idle_timeout_seconds=mode.idle_timeout_seconds,
+                    clock=self._clock,
+                    timings=self.timings,
+                    report=report,
+                )
+
+        self._nursery.start_soon(poll)
+
+    async def _fail(self, obj: Obj, run: Run, action: Fail) -> Requeue | None:
+        local = self._local_for(run)
+        failure = local.failure
+        outcome = await self._write(obj, action.decision.patch, "registration failure applied")
+        if outcome is None:
+            return None
+        self.stats.registration_failures += 1
+        local.failure = None
+        local.stop_poller()
+        message = str(action.decision.patch.get("message") or "")
+        self._events.emit(
+            obj,
+            type_="Warning",
+            reason=failure.reason.value if failure is not None else "RegistrationFailed",
+            message=message,
+        )
+        if isinstance(action.decision, Retry):
+            function_log.info("registration retry: %s", message, extra=self._fields(run))
+            return Requeue(max(0.0, action.decision.delay_seconds))
+        function_log.info("function failed: %s", message, extra=self._fields(run))
+        return outcome
+
+    # -- cleanup -----------------------------------------------------------------------------
+
+    async def _lookup_id(self, run: Run) -> str | None:
+        """Learn the ID of a registration this runtimed lost track of (idempotent register).
+
+        Returns:
+            The ID, or ``None`` when nothing usable is registered (the server refuses: a
+            FAILED registration has no worker to stop).
+
+        Raises:
+            _Unreachable: the server did not answer.
+        """
+        spec = self._register_spec(run, max(1, run.status.attempt))
+        exists = await trio.to_thread.run_sync(self.workspace.files(run.metadata.uid).work.is_dir)
+        if not exists:
+            return None
+        try:
+            with trio.fail_after(self.timings.register):
+                return await self._server.register(spec)
+        except FunctionRpcError as exc:
+            log.info("cleanup lookup of %s: %s", run.key, exc, extra=self._fields(run))
+            return None
+        except (ServerUnavailable, trio.TooSlowError) as exc:
+            raise _Unreachable(str(exc)) from None
+
+    async def _unregister(self, uid: str, registration_id: str, *, drain: bool) -> bool:
+        """UnregisterFunction: drain within ``timings.drain`` s (or not at all), then cancel.
+
+        Returns:
+            True once the server acknowledged (or the ID is stale: a newer registration owns
+            the Run UID and ours is gone); False when it did not answer.
+        """
+        fields = {"run_uid": uid, "registration_id": registration_id}
+        if drain and self.timings.drain > 0:
+            drain_ms = int(self.timings.drain * 1000)
+            with trio.move_on_after(self.timings.drain + self.timings.rpc):
+                try:
+                    await self._server.unregister(
+                        uid, registration_id, cancel_in_flight=False, drain_timeout_millis=drain_ms
+                    )
+                    return True
+                except FunctionRpcError as exc:
+                    if exc.code == "FAILED_PRECONDITION":
+                        return True
+                    log.info("UnregisterFunction (drain): %s", exc, extra=fields)
+                except ServerUnavailable as exc:
+                    log.info("UnregisterFunction (drain): %s", exc, extra=fields)
+                    return False
+        with trio.move_on_after(self.timings.rpc):
+            try:
+                await self._server.unregister(
+                    uid, registration_id, cancel_in_flight=True, drain_timeout_millis=0
+                )
+                return True
+            except FunctionRpcError as exc:
+                if exc.code == "FAILED_PRECONDITION":
+                    return True
+                log.info("UnregisterFunction (cancel): %s", exc, extra=fields)
+            except ServerUnavailable as exc:
+                log.info("UnregisterFunction (cancel): %s", exc, extra=fields)
+        return False
+
+    async def _clean_local(
+        self, local: _Local, run: Run | None, *, drain: bool, lookup: bool
+    ) -> bool:
+        """Steps 1-5 of the cleanup sequence; True when done (idempotent).
+
+        1. stop accepting invokes (registry TERMINATING) and stop the poller;
+        2-3. UnregisterFunction, draining or cancelling in-flight work (bounded);
+        4. remove the Run's files;
+        5. drop the registry entry (the local capacity unit).
+        """
+        if local.cleaned:
+            return True
+        self.registry.terminating(local.uid, key=local.key, attempt=local.attempt or 1)
+        local.stop_poller()
+        registration_id = local.registration_id
+        try:
+            if registration_id is None and lookup and run is not None:
+                registration_id = await self._lookup_id(run)
+        except _Unreachable as exc:
+            log.info("cleanup of %s waits for the Runtime Server: %s", local.key, exc)
+            return False
+        if registration_id is not None:
+            if not await self._unregister(local.uid, registration_id, drain=drain):
+                return False
+        await remove_run_files(self.workspace.files(local.uid))
+        local.registration_id = None
+        local.failure = None
+        local.cleaned = True
+        self.registry.remove(local.uid)
+        self.stats.cleanups += 1
+        return True
+
+    async def _cleanup(self, obj: Obj, run: Run, action: Cleanup) -> Requeue | None:
+        local = self._local_for(run)
+        drain = action.kind in (CleanupKind.DELETE, CleanupKind.IDLE)
+        if not await self._clean_local(local, run, drain=drain, lookup=action.lookup):
+            return Requeue(self.timings.unavailable_retry)
+        function_log.info("cleaned up (%s)", action.kind.value, extra=self._fields(run))
+        if action.patch is not None:
+            return await self._write(obj, action.patch, f"ended ({action.kind.value})")
+        return await self._edit_finalizer(obj, add=False)
+
+    async def _release(self, local: _Local, why: str) -> float | None:
+        """Let go of a Run that is gone, terminal or not ours; seconds to look again or None."""
+        obj = self._cache.by_uid(local.uid)
+        run: Run | None = None
+        if obj is not None:
+            try:
+                run = Run.from_dict(obj)
+            except ApiError:
+                run = None
+        if not await self._clean_local(local, run, drain=True, lookup=False):
+            return self.timings.unavailable_retry
+        log.info("released function Run (%s)", why, extra={"run_uid": local.uid, "run": local.key})
+        if self._local.get(local.uid) is local and (obj is None or run is None):
+            del self._local[local.uid]
+        return None
+
+    # -- logs --------------------------------------------------------------------------------
+
+    def _fields(self, run: Run) -> dict[str, Any]:
+        return {"run_uid": run.metadata.uid, "attempt": max(1, run.status.attempt), "run": run.key}
+
+
+class _Continue:
+    """Sentinel: the action changed only local state; decide again in this reconciliation."""
+
+
+_CONTINUE: Final = _Continue()
