@@ -97,7 +97,11 @@ class ChannelPool:
                 target: Target = await self._resolver.resolve(key.namespace, key.runtime)
                 stream: trio.abc.Stream = await trio.open_tcp_stream(target.host, target.port)
                 if self._ssl_context is not None:
-                    tls = trio.SSLStream(stream, self._ssl_context, server_hostname=target.host)
+                    tls = trio.SSLStream(
+                        stream,
+                        self._ssl_context,
+                        server_hostname=target.server_name or target.host,
+                    )
                     await tls.do_handshake()
                     stream = tls
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
@@ -34,10 +34,19 @@ log = logging.getLogger("gateway.targets")
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A network address to dial: host (name or IP literal) and TCP port."""
+    """A network address to dial: host (name or IP literal), TCP port, and TLS name.
+
+    Attributes:
+        host: what to connect to.
+        port: TCP port.
+        server_name: the name runtimed's certificate must carry when TLS is on; the
+            Service DNS name even when ``host`` is an address from a hosts file (``None``:
+            ``host``).
+    """
 
     host: str
     port: int
+    server_name: str | None = field(default=None, compare=False)
 
     @property
     def authority(self) -> str:
@@ -80,7 +89,8 @@ class DnsResolver:
 
     async def resolve(self, namespace: str, runtime: str) -> Target:
         """Return ``Target(<service>.<namespace>.svc, port)`` (no I/O)."""
-        return Target(service_dns_name(namespace, runtime), self._port)
+        name = service_dns_name(namespace, runtime)
+        return Target(name, self._port, server_name=name)
 
 
 def parse_hosts(text: str) -> dict[str, str]:
@@ -124,7 +134,7 @@ class HostsFileResolver:
         name = service_dns_name(namespace, runtime)
         table = parse_hosts(await self._path.read_text(encoding="utf-8"))
         address = table.get(name) or table.get(f"{name}.cluster.local")
-        return Target(address or name, self._port)
+        return Target(address or name, self._port, server_name=name)
 
 
 def parse_target_override(text: str) -> tuple[str, Target]:
@@ -159,7 +169,8 @@ class StaticResolver:
 
     async def resolve(self, namespace: str, runtime: str) -> Target:
         """Return the override for the Service name, else ask the fallback."""
-        target = self._overrides.get(service_dns_name(namespace, runtime))
+        name = service_dns_name(namespace, runtime)
+        target = self._overrides.get(name)
         if target is not None:
-            return target
+            return Target(target.host, target.port, server_name=target.server_name or name)
         return await self._fallback.resolve(namespace, runtime)

@@ -116,6 +116,7 @@ def _hypercorn_config(config: ApiServerConfig, pki: ClusterPKI) -> hypercorn.con
     hconfig.keep_alive_timeout = 75.0
     # kube-apiserver does not close busy keep-alive connections after N requests
     hconfig.keep_alive_max_requests = 1 << 62
+    hconfig.include_server_header = False
     return hconfig
 
 

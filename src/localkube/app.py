@@ -202,6 +202,13 @@ class ApiApp:
                     "MethodNotAllowed",
                     "the server does not allow this method on the requested resource",
                 )
+            clean = "/" + path.strip("/")
+            if clean in ("/api", "/apis") and discovery.wants_aggregated(headers.get("accept", "")):
+                document = discovery.aggregated(ctx.registry, core=clean == "/api")
+                await self._respond(
+                    send, 200, document, content_type=discovery.AGGREGATED_MEDIA_TYPE
+                )
+                return
             await self._respond(send, 200, self._non_resource(path, route))
             return
         verb = request_verb(method, route, query)

@@ -1,8 +1,9 @@
 """Discovery documents: ``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/{g}[/{v}]``.
 
-Only the legacy (unaggregated) discovery format is served: kubectl 1.32 asks for the
-aggregated ``apidiscovery.k8s.io/v2`` format first and falls back to these documents when
-the response is plain ``application/json``, and kr8s reads only these.
+Both formats are served: the legacy documents (what kr8s reads, and what a plain
+``Accept: application/json`` gets), and the aggregated ``apidiscovery.k8s.io/v2``
+``APIGroupDiscoveryList`` of ``/api`` and ``/apis`` that kubectl 1.32 asks for first, which
+saves it one request per group/version.
 """
 
 from __future__ import annotations
@@ -150,4 +151,87 @@ def resource_list(registry: ResourceRegistry, group: str, version: str) -> dict[
         "apiVersion": "v1",
         "groupVersion": f"{group}/{version}" if group else version,
         "resources": resources,
+    }
+
+
+AGGREGATED_MEDIA_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+"""Content type of an aggregated discovery answer (``apidiscovery.k8s.io/v2``)."""
+
+
+def wants_aggregated(accept: str) -> bool:
+    """Return whether an ``Accept`` header asks for aggregated discovery v2."""
+    compact = accept.replace(" ", "")
+    return any(
+        "as=APIGroupDiscoveryList" in part
+        and "v=v2;" in part + ";"
+        and "g=apidiscovery.k8s.io" in part
+        for part in compact.split(",")
+    )
+
+
+def _subresource_discovery(rt: ResourceType) -> list[dict[str, Any]]:
+    result = []
+    for entry in _resource_entries(rt)[1:]:
+        sub = entry["name"].split("/", 1)[1]
+        kind = {
+            "group": entry.get("group", rt.group),
+            "version": entry.get("version", rt.version),
+            "kind": entry["kind"],
+        }
+        result.append({"subresource": sub, "responseKind": kind, "verbs": entry["verbs"]})
+    return result
+
+
+def _resource_discovery(rt: ResourceType) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "resource": rt.plural,
+        "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
+        "scope": "Namespaced" if rt.namespaced else "Cluster",
+        "singularResource": rt.singular,
+        "verbs": list(rt.verbs),
+    }
+    if rt.short_names:
+        entry["shortNames"] = list(rt.short_names)
+    if rt.categories:
+        entry["categories"] = list(rt.categories)
+    subresources = _subresource_discovery(rt)
+    if subresources:
+        entry["subresources"] = subresources
+    return entry
+
+
+def aggregated(registry: ResourceRegistry, *, core: bool) -> dict[str, Any]:
+    """Return the aggregated discovery document of ``/api`` (``core``) or ``/apis``.
+
+    One ``APIGroupDiscovery`` per group, versions in preference order, every resource with
+    its scope, verbs, short names, categories and subresources: kubectl 1.32 reads all of
+    discovery from these two documents instead of one request per group/version.
+    """
+    items = []
+    for group, versions in registry.groups():
+        if (group == "") != core:
+            continue
+        items.append(
+            {
+                "metadata": {"name": group, "creationTimestamp": None},
+                "versions": [
+                    {
+                        "version": version,
+                        "resources": [
+                            _resource_discovery(rt)
+                            for rt in sorted(
+                                registry.in_group_version(group, version), key=lambda t: t.plural
+                            )
+                        ],
+                        "freshness": "Current",
+                    }
+                    for version in versions
+                ],
+            }
+        )
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
     }

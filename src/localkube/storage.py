@@ -17,6 +17,9 @@ Design:
   :meth:`StoredEvent.line` encodes the wire line once per event and apiVersion and shares
   the bytes across watchers.
 
+One process at a time owns a state directory (an exclusive ``flock`` beside the database),
+so two servers never interleave writes.
+
 All methods are synchronous: trio runs one task at a time, so a check-and-set inside one
 call is atomic. SQLite runs in WAL mode with ``synchronous=NORMAL`` (no fsync per commit;
 a commit takes tens of microseconds), which is why it is called on the event loop rather

@@ -16,6 +16,7 @@ to an in-process localkube cluster, whose node runs the kruntimes images as loca
 from __future__ import annotations
 
 import base64
+import shutil
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ import httpx
 import pytest
 import trio
 import trustme
+import yaml
 from chart_rendering import (
     KIND_REFS,
     KRUNTIMES,
@@ -34,7 +36,6 @@ from chart_rendering import (
     RUNTIMES_CHART,
     crds,
     deep_merge,
-    find,
     render,
     requires_helm,
     values_file,
@@ -434,8 +435,9 @@ async def test_gateway_pod_serves_https_on_the_runtime_gateway_service(tmp_path:
         "marker once src/krt/controlplane/__main__.py does the same."
     ),
 )
-async def test_controlplane_pod_of_the_chart_becomes_the_leader(tmp_path: Path) -> None:
-    """The chart's own control-plane Deployment, run by the node with its mounted token."""
+async def test_both_charts_run_entirely_as_pods(tmp_path: Path) -> None:
+    """Both charts as `helm install` leaves them: the chart's control-plane Pod (its mounted
+    token, its RBAC) becomes the leader and builds the Runtimes; a task Run succeeds."""
     async with installed(tmp_path, without=("krt-kruntimes-gateway",)) as cluster:
         kube = cluster.kube
         await wait_ready_pods(cluster, NAMESPACE, "app.kubernetes.io/component=controlplane", 1)
@@ -450,5 +452,75 @@ async def test_controlplane_pod_of_the_chart_becomes_the_leader(tmp_path: Path) 
                     break
                 await trio.sleep(0.1)
         assert lease["spec"]["holderIdentity"].startswith("krt-kruntimes-controlplane-")
-        deployments = find(kruntimes_docs(), "Deployment", "krt-kruntimes-controlplane")
-        assert deployments
+        await apply(kube, runtimes_docs())
+        await wait_ready_pods(cluster, RUNS_NS, "kruntimes.io/runtime=bash", 1)
+        await kube.create(
+            RUNS,
+            {
+                "apiVersion": "kruntimes.io/v1alpha1",
+                "kind": "Run",
+                "metadata": {"name": "in-pods", "namespace": RUNS_NS},
+                "spec": {
+                    "runtime": "bash",
+                    "source": {"inline": 'echo "where=pods" >> "$KRUNTIME_OUTPUTS"\n'},
+                    "mode": {"task": {}},
+                },
+            },
+        )
+        run = await wait_phase(kube, "in-pods", "Succeeded", "Failed")
+        assert run["status"]["phase"] == "Succeeded", run["status"]
+        assert run["status"]["outputs"] == {"where": "pods"}
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+@pytest.mark.kubectl
+async def test_kubectl_applies_the_charts_and_answers_can_i_for_the_token(tmp_path: Path) -> None:
+    """As an operator would: kubectl apply, kubectl create token, kubectl auth can-i --token."""
+    if KUBECTL is None:
+        print("SKIP: kubectl is not installed; this test drives the charts through kubectl")
+        pytest.skip("kubectl is not installed")
+    kubectl_path = KUBECTL
+    async with trio.open_nursery() as nursery:
+        handle: ClusterHandle = await nursery.start(
+            serve_cluster, ClusterConfig(state_dir=tmp_path / "state", shutdown_grace=1.0)
+        )
+
+        async def kubectl(*args: str, stdin: str = "", token: str | None = None) -> tuple[int, str]:
+            argv = [kubectl_path, "--kubeconfig", str(handle.apiserver.kubeconfig_path)]
+            argv += ["--token", token] if token else []
+            with trio.fail_after(30):
+                done = await trio.run_process(
+                    [*argv, *args],
+                    stdin=stdin.encode(),
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+            return done.returncode, (done.stdout + done.stderr).decode()
+
+        code, out = await kubectl("apply", "-f", str(KRUNTIMES / "crds"))
+        assert code == 0, out
+        code, out = await kubectl("create", "namespace", NAMESPACE)
+        assert code == 0, out
+        manifests = [d for d in kruntimes_docs() if d["kind"] != "Deployment"]
+        code, out = await kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(manifests))
+        assert code == 0, out
+        assert "clusterrole.rbac.authorization.k8s.io/krt-kruntimes-controlplane created" in out
+        code, token = await kubectl("create", "token", CP_SA, "-n", NAMESPACE)
+        assert code == 0, token
+        token = token.strip()
+        for args, expected in [
+            (("create", "roles", "-n", RUNS_NS), "yes"),
+            (("create", "deployments.apps", "-n", "team-x"), "yes"),
+            (("update", "runs.kruntimes.io", "--subresource=status", "-n", RUNS_NS), "yes"),
+            (("get", "secrets", "--all-namespaces"), "no"),
+            (("get", "secrets", "-n", NAMESPACE), "no"),
+            (("escalate", "roles", "-n", RUNS_NS), "no"),
+            (("create", "pods", "-n", RUNS_NS), "no"),
+        ]:
+            code, out = await kubectl("auth", "can-i", *args, token=token)
+            assert out.strip().splitlines()[0] == expected, (args, out)
+            assert code == (0 if expected == "yes" else 1), (args, out)
+        nursery.cancel_scope.cancel()

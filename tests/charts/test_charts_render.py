@@ -420,7 +420,9 @@ def test_cert_manager_with_an_existing_issuer_creates_only_the_certificate() -> 
 
 
 def test_cert_manager_issuer_kind_is_checked() -> None:
-    with pytest.raises(RenderError, match="issuerRef.kind must be Issuer or ClusterIssuer"):
+    with pytest.raises(
+        RenderError, match="issuerRef/kind': value must be one of 'Issuer', 'ClusterIssuer'"
+    ):
         kruntimes(
             {"gateway": {"tls": {"certManager": {"enabled": True, "issuerRef": {"kind": "Vault"}}}}}
         )
@@ -468,6 +470,12 @@ def test_every_pod_is_non_root_read_only_and_drops_all_capabilities() -> None:
         _assert_hardened(d["spec"]["template"]["spec"], d["metadata"]["name"])
     for rt in find(runtimes(), "Runtime"):
         _assert_hardened(rt["spec"]["template"]["spec"], rt["metadata"]["name"])
+
+
+def test_replicas_values_reach_the_deployments() -> None:
+    docs = kruntimes({"controlplane": {"replicas": 2}, "gateway": {"replicas": 3}})
+    assert deployment(docs, "controlplane")["spec"]["replicas"] == 2
+    assert deployment(docs, "gateway")["spec"]["replicas"] == 3
 
 
 def test_resources_values_reach_the_containers() -> None:
@@ -652,19 +660,57 @@ def test_runtimes_replicas_and_capacity_values() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"python": {"capacity": {"runs": 1.5}}}, r"python.capacity.runs must be a whole number"),
-        ({"bash": {"capacity": {"runs": -1}}}, r"bash.capacity.runs must be a whole number >= 0"),
-        ({"bash": {"capacity": {"runs": "two"}}}, r"bash.capacity.runs must be a whole number"),
-        ({"python": {"replicas": -1}}, r"python.replicas must be 0 or more"),
-        ({"python": {"name": "Py_thon"}}, r"python.name \"Py_thon\" must be a DNS-1123 label"),
-        ({"bash": {"name": "python"}}, r"python.name and bash.name must differ"),
+        (
+            {"python": {"capacity": {"runs": 1.5}}},
+            "at '/python/capacity/runs': got number, want integer",
+        ),
+        ({"bash": {"capacity": {"runs": -1}}}, "at '/bash/capacity/runs': minimum: got -1, want 0"),
+        (
+            {"bash": {"capacity": {"runs": "two"}}},
+            "at '/bash/capacity/runs': got string, want integer",
+        ),
+        ({"python": {"replicas": -1}}, "at '/python/replicas': minimum: got -1, want 0"),
+        ({"python": {"name": "Py_thon"}}, "at '/python/name': 'Py_thon' does not match pattern"),
+        ({"pyhton": {"replicas": 3}}, "additional properties 'pyhton' not allowed"),
+        ({"bash": {"replica": 3}}, "at '/bash': additional properties 'replica' not allowed"),
+        ({"bash": {"name": "python"}}, "python.name and bash.name must differ"),
     ],
 )
 def test_runtimes_chart_rejects_bad_values_naming_the_field(
     values: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(RenderError, match=message):
+    with pytest.raises(RenderError) as refused:
         runtimes(values)
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"gatway": {"enabled": False}}, "additional properties 'gatway' not allowed"),
+        ({"controlplane": {"replicas": 0}}, "at '/controlplane/replicas': minimum: got 0, want 1"),
+        (
+            {"controlplane": {"watchNamespaces": ["Team_A"]}},
+            "at '/controlplane/watchNamespaces/0': 'Team_A' does not match pattern",
+        ),
+        ({"gateway": {"replicas": 0}}, "gateway.replicas must be at least 1"),
+        (
+            {"gateway": {"service": {"port": 0}}},
+            "at '/gateway/service/port': minimum: got 0, want 1",
+        ),
+        ({"images": {"gateway": {"digest": "latest"}}}, "at '/images/gateway/digest'"),
+        (
+            {"networkPolicy": {"enabled": "yes"}},
+            "at '/networkPolicy/enabled': got string, want boolean",
+        ),
+    ],
+)
+def test_kruntimes_chart_rejects_bad_values_naming_the_field(
+    values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RenderError) as refused:
+        kruntimes(values)
+    assert message in str(refused.value)
 
 
 def test_runtime_crd_rejects_what_the_chart_guards_against() -> None:
@@ -705,3 +751,23 @@ def test_helm_lint_strict_for_kubernetes_1_32(chart: Any, values: dict[str, Any]
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert report["errors"] == []
     assert problems == []
+
+
+def test_gateway_replicas_spread_over_nodes_unless_affinity_is_given() -> None:
+    docs = kruntimes()
+    affinity = deployment(docs, "gateway")["spec"]["template"]["spec"]["affinity"]
+    (term,) = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    labels = deployment(docs, "gateway")["spec"]["template"]["metadata"]["labels"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    custom = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["edge"]}]}
+                ]
+            }
+        }
+    }
+    docs = kruntimes({"gateway": {"affinity": custom}})
+    assert deployment(docs, "gateway")["spec"]["template"]["spec"]["affinity"] == custom

@@ -276,3 +276,11 @@ def test_no_kubeconfig_at_all_is_exit_6_with_a_hint(tmp_path: Path) -> None:
     assert result.exit_code == ExitCode.UNREACHABLE, result.output
     assert result.stderr.startswith("error: no usable Kubernetes configuration: ")
     assert "KUBECONFIG" in result.stderr
+
+
+def test_version_without_a_server_still_prints_the_client_version(files: Path) -> None:
+    result = run(files, "version")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Client Version: kruntimes ")
+    assert lines[1].startswith("Server Version: unavailable (")

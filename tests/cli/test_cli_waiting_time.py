@@ -8,6 +8,7 @@ two verbs waiting needs (``get``, ``watch``); anything else is missing and fails
 from __future__ import annotations
 
 import copy
+import functools
 import io
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -179,3 +180,41 @@ async def test_deletion_while_waiting_is_not_found(autojump_clock: trio.testing.
                 Progress("r", stream=io.StringIO(), tty=False),  # type: ignore[arg-type]
             )
     assert caught.value.code is ExitCode.NOT_FOUND
+
+
+async def test_invoke_gives_up_after_the_timeout_plus_grace(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A gateway that takes the request and never answers: exit 7 at timeout + 5 s."""
+    from krt.cli.invoking import CLIENT_GRACE_SECONDS, Invocation, post
+
+    received = trio.Event()
+
+    async def silent(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        received.set()
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        [listener] = await nursery.start(
+            functools.partial(trio.serve_tcp, silent, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+        start = trio.current_time()
+        with pytest.raises(CommandFailed) as caught:
+            await post(
+                Invocation(
+                    url=f"http://127.0.0.1:{port}/v1/x:invoke",
+                    body=b"{}",
+                    token="t",
+                    timeout_seconds=30.0,
+                )
+            )
+        elapsed = trio.current_time() - start
+        nursery.cancel_scope.cancel()
+    assert received.is_set()  # the request was sent; the deadline hit while awaiting the answer
+    assert caught.value.code is ExitCode.TIMED_OUT
+    assert "it is not retried" in caught.value.message
+    assert elapsed == pytest.approx(30.0 + CLIENT_GRACE_SECONDS)

@@ -25,8 +25,8 @@ from krt.controlplane.runtime_resources import (
     desired_service,
     merge_for_update,
     needs_update,
-    runtime_status_patch,
 )
+from krt.controlplane.runtime_status import runtime_status_patch
 
 from .builders import NOW, make_runtime, pod, runtime_dict
 

@@ -82,12 +82,15 @@ async def test_resolvers(tmp_path: Path) -> None:
         "# localkube\n127.0.200.7 runtime-python.demo.svc runtime-python.demo.svc.cluster.local\n"
     )
     resolver = HostsFileResolver(str(hosts), port=9090)
-    assert await resolver.resolve("demo", "python") == Target("127.0.200.7", 9090)
+    found = await resolver.resolve("demo", "python")
+    assert found == Target("127.0.200.7", 9090)
+    assert found.server_name == "runtime-python.demo.svc"  # TLS verifies the Service name
     assert await resolver.resolve("demo", "bash") == Target("runtime-bash.demo.svc", 9090)
     hosts.write_text("127.0.200.9 runtime-python.demo.svc\n")  # re-read on every resolve
     assert await resolver.resolve("demo", "python") == Target("127.0.200.9", 9090)
     static = StaticResolver({"runtime-python.demo.svc": Target("10.0.0.1", 1)}, resolver)
     assert await static.resolve("demo", "python") == Target("10.0.0.1", 1)
+    assert (await static.resolve("demo", "python")).server_name == "runtime-python.demo.svc"
     assert await static.resolve("demo", "bash") == Target("runtime-bash.demo.svc", 9090)
     assert parse_hosts("1.2.3.4 A.b # c\n\n5.6.7.8 a.b\n") == {"a.b": "1.2.3.4"}
 

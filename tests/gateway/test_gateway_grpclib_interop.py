@@ -68,7 +68,7 @@ class GrpclibFake:
 def grpclib_server() -> Iterator[tuple[GrpclibFake, int]]:
     fake = GrpclibFake()
     loop = asyncio.new_event_loop()
-    server = Server([fake])
+    servers: list[Server] = []
     ready = threading.Event()
     port: list[int] = []
 
@@ -76,6 +76,8 @@ def grpclib_server() -> Iterator[tuple[GrpclibFake, int]]:
         asyncio.set_event_loop(loop)
 
         async def start() -> None:
+            server = Server([fake])  # created on its own loop's thread
+            servers.append(server)
             await server.start("127.0.0.1", 0)
             port.append(server._server.sockets[0].getsockname()[1])  # noqa: SLF001
             ready.set()
@@ -91,8 +93,8 @@ def grpclib_server() -> Iterator[tuple[GrpclibFake, int]]:
     finally:
 
         async def stop() -> None:
-            server.close()
-            await server.wait_closed()
+            servers[0].close()
+            await servers[0].wait_closed()
 
         asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)

@@ -294,7 +294,8 @@ async def test_tls_to_runtimed_with_a_client_certificate(
 
     ca = trustme.CA()
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    # runtimed's certificate names the Service, whatever address the name resolved to
+    ca.issue_cert(service_dns_name(NAMESPACE, RUNTIME)).configure_cert(server_context)
     server_context.verify_mode = ssl.CERT_REQUIRED  # mutual TLS
     ca.configure_trust(server_context)
     server_context.set_alpn_protocols(["h2"])

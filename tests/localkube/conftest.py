@@ -29,6 +29,7 @@ import ssl
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -88,8 +89,12 @@ async def admin_http(apiserver: ApiServerHandle) -> AsyncIterator[httpx.AsyncCli
 
 
 @pytest.fixture
-def kubectl(apiserver: ApiServerHandle) -> KubectlRunner:
-    """An async runner for ``kubectl --kubeconfig <apiserver kubeconfig> ...``."""
+def kubectl(apiserver: ApiServerHandle, tmp_path: Path) -> KubectlRunner:
+    """An async runner for ``kubectl --kubeconfig <apiserver kubeconfig> ...``.
+
+    Each test gets its own ``--cache-dir``, so discovery cached for another server that
+    happened to use the same port is never read.
+    """
     if KUBECTL is None:
         print("SKIP: kubectl is not installed; the kubectl acceptance tests need it")
         pytest.skip("kubectl is not installed")
@@ -98,7 +103,13 @@ def kubectl(apiserver: ApiServerHandle) -> KubectlRunner:
     async def run(
         *args: str, input: str | None = None, check: bool = True, token: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        argv = [kubectl_path, "--kubeconfig", str(apiserver.kubeconfig_path)]
+        argv = [
+            kubectl_path,
+            "--kubeconfig",
+            str(apiserver.kubeconfig_path),
+            "--cache-dir",
+            str(tmp_path / "kubectl-cache"),
+        ]
         if token is not None:
             argv += ["--token", token]
         argv += list(args)

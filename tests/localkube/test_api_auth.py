@@ -300,3 +300,24 @@ async def test_impersonation(admin_http: httpx.AsyncClient, apiserver: ApiServer
         )
     r = await admin_http.get("/api", headers={"Impersonate-Group": "devs"})
     assert r.status_code == 400
+
+
+async def test_aggregated_discovery_for_kubectl(admin_http: httpx.AsyncClient) -> None:
+    accept = {
+        "Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+    }
+    r = await admin_http.get("/apis", headers=accept)
+    assert (
+        r.headers["content-type"]
+        == "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    )
+    groups = {item["metadata"]["name"]: item for item in r.json()["items"]}
+    apps = groups["apps"]["versions"][0]
+    deployments = next(res for res in apps["resources"] if res["resource"] == "deployments")
+    assert deployments["scope"] == "Namespaced"
+    assert deployments["responseKind"] == {"group": "apps", "version": "v1", "kind": "Deployment"}
+    assert {s["subresource"] for s in deployments["subresources"]} == {"status", "scale"}
+    core = (await admin_http.get("/api", headers=accept)).json()["items"]
+    assert [item["metadata"]["name"] for item in core] == [""]
+    plain = await admin_http.get("/apis")
+    assert plain.json()["kind"] == "APIGroupList", "a plain Accept gets the legacy document"

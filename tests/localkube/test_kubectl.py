@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,13 +126,17 @@ async def test_patch_status_subresource(kubectl: Any) -> None:
     assert obj["spec"]["size"] == 3
 
 
-async def test_get_watch_receives_an_update(kubectl: Any, apiserver: ApiServerHandle) -> None:
+async def test_get_watch_receives_an_update(
+    kubectl: Any, apiserver: ApiServerHandle, tmp_path: Path
+) -> None:
     assert KUBECTL is not None
     await _apply_crd_and_gadget(kubectl)
     argv = [
         KUBECTL,
         "--kubeconfig",
         str(apiserver.kubeconfig_path),
+        "--cache-dir",
+        str(tmp_path / "kubectl-cache"),
         "get",
         "gadgets",
         "-w",

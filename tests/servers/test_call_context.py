@@ -3,8 +3,9 @@
 A gRPC client that cancels a call (HTTP/2 RST_STREAM), closes its connection, or whose
 ``grpc-timeout`` passes must not leave the invocation running: the worker is stopped, the
 in-flight slot is freed and the next invocation works. A request that cannot be parsed is
-INVALID_ARGUMENT and the server keeps serving; a long non-ASCII error detail still reaches a
-grpcio client as UNKNOWN (its trailer fits the client's metadata limit).
+INVALID_ARGUMENT and the server keeps serving; one over purerpc's message limit fails fast
+instead of hanging; a long non-ASCII error detail still reaches a grpcio client as UNKNOWN (its
+trailer fits the client's metadata limit).
 
 The cancelling clients are independent implementations (grpclib on asyncio, grpcio) in a
 thread, so these tests use real time, bounded to a few seconds.
@@ -278,10 +279,11 @@ async def test_long_non_ascii_error_reaches_grpcio_as_unknown(
 
 
 async def test_oversized_request_fails_fast_and_the_server_keeps_serving(
-    start_runtime_server: Callable[..., Any], tmp_path: Path
+    start_runtime_server: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # purerpc refuses a message over 32 MiB by dropping the connection: the socket must then
     # be closed, or the client hangs until its deadline (here it would wait the full 20 s).
+    caplog.set_level(logging.INFO, logger="servers")
     async with start_runtime_server(PythonAdapter(), tmp_path) as server:
         ref = await _register(server, tmp_path)
         request = pb.InvokeFunctionRequest(registration=ref, input=b"x" * (33 * 1024 * 1024))
@@ -303,6 +305,11 @@ async def test_oversized_request_fails_fast_and_the_server_keeps_serving(
         assert trio.current_time() - start < 5
         health = await server.runtime.Health(pb.HealthRequest())
         assert health.healthy
+    # the log says why (not just "ExceptionGroup: ...")
+    assert any(
+        r.getMessage() == "connection dropped" and "MessageTooLargeError" in getattr(r, "error", "")
+        for r in caplog.records
+    )
 
 
 @pytest.mark.parametrize("text", ["x" * 10_000, "é" * 3000, "a b%" * 2000, "😀" * 2000])

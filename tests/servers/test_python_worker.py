@@ -15,6 +15,7 @@ import trio
 from servers.common.adapter import InvalidInput, InvocationError, RegistrationFailed
 from servers.common.limits import MAX_LOGGED_OUTPUT_BYTES
 from servers.python.adapter import PythonAdapter, PythonWorker
+from servers.python.handler_log import MAX_LOG_LINE_CHARS
 
 
 def write(directory: Path, name: str, source: str) -> Path:
@@ -59,6 +60,10 @@ HANDLER = """
                 os._exit(3)
             if op == "big":
                 return "y" * event["size"]
+            if op == "long-line":
+                print("L" * 100_000)
+                print("after the long line")
+                return "printed"
             if op == "close-fds":
                 os.close(1)
                 os.close(2)
@@ -338,6 +343,16 @@ async def test_worker_exit_during_a_call_is_an_invocation_error(worker: PythonWo
     with pytest.raises(InvocationError, match="exited with status 3"):
         await call(worker, {"op": "exit"})
     assert not worker.alive
+
+
+async def test_a_long_printed_line_is_cut_not_dropped(
+    worker: PythonWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="servers")
+    assert await call(worker, {"op": "long-line"}, invocation_id="inv-l") == "printed"
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "invocation_id", None) == "inv-l"]
+    assert lines[0] == "L" * MAX_LOG_LINE_CHARS
+    assert lines[1] == "after the long line"
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -48,15 +48,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{- define "kruntimes.imagePullSecrets" -}}
-{{- with .Values.images.pullSecrets }}
-imagePullSecrets:
-{{- range . }}
-  - name: {{ . }}
-{{- end }}
-{{- end }}
-{{- end -}}
-
 {{- define "kruntimes.controlplane.name" -}}
 {{- printf "%s-controlplane" (include "kruntimes.fullname" .) -}}
 {{- end -}}
@@ -90,16 +81,10 @@ imagePullSecrets:
 {{- end }}
 {{- end -}}
 
-{{/* Fail early on value combinations that cannot work. */}}
+{{/* Fail early on value combinations that cannot work (single values: values.schema.json). */}}
 {{- define "kruntimes.validate" -}}
 {{- if and .Values.runtimed.peerTLS.enabled (not .Values.runtimed.peerTLS.secretName) -}}
 {{- fail "runtimed.peerTLS.secretName is required when runtimed.peerTLS.enabled is true" -}}
-{{- end -}}
-{{- if not (has .Values.gateway.tls.certManager.issuerRef.kind (list "Issuer" "ClusterIssuer")) -}}
-{{- fail (printf "gateway.tls.certManager.issuerRef.kind must be Issuer or ClusterIssuer, not %q" .Values.gateway.tls.certManager.issuerRef.kind) -}}
-{{- end -}}
-{{- if lt (int .Values.controlplane.replicas) 1 -}}
-{{- fail "controlplane.replicas must be at least 1" -}}
 {{- end -}}
 {{- if and .Values.gateway.enabled (lt (int .Values.gateway.replicas) 1) -}}
 {{- fail "gateway.replicas must be at least 1 when gateway.enabled is true" -}}

@@ -35,6 +35,9 @@ MAX_BODY_BYTES: Final = 1024 * 1024
 MAX_INVOCATION_ID_BYTES: Final = 128
 #: Seconds the client waits beyond the invocation timeout for the gateway's own 504.
 CLIENT_GRACE_SECONDS: Final = 5.0
+#: The gateway's largest invocation timeout (docs/gateway.md ``--max-timeout``, seconds): the
+#: client's bound when no ``--timeout`` is given.
+GATEWAY_MAX_TIMEOUT_SECONDS: Final = 300.0
 
 
 @dataclass(frozen=True)
@@ -173,9 +176,8 @@ def _ssl_context(ca_bundle: bytes | None) -> ssl.SSLContext:
 async def post(invocation: Invocation) -> InvokeResult:
     """Send one invocation and read the answer (never retried).
 
-    The call is bounded by the invocation timeout plus :data:`CLIENT_GRACE_SECONDS` (so the
-    gateway's own 504 normally arrives first); without ``timeout_seconds`` the caller bounds
-    it.
+    The call is bounded by the invocation timeout (default: the gateway's largest, 300 s)
+    plus :data:`CLIENT_GRACE_SECONDS`, so the gateway's own 504 normally arrives first.
 
     Raises:
         CommandFailed: the gateway could not be reached or TLS failed (exit 6), or the
@@ -197,10 +199,10 @@ async def post(invocation: Invocation) -> InvokeResult:
         _ssl_context(invocation.ca_bundle) if invocation.url.startswith("https:") else False
     )
     deadline = (
-        invocation.timeout_seconds + CLIENT_GRACE_SECONDS
+        invocation.timeout_seconds
         if invocation.timeout_seconds is not None
-        else float("inf")
-    )
+        else GATEWAY_MAX_TIMEOUT_SECONDS
+    ) + CLIENT_GRACE_SECONDS
     where = urlsplit(invocation.url).netloc
     # httpx's own timeouts are off (timeout=None): trio.move_on_after bounds the call.
     async with httpx.AsyncClient(verify=verify, timeout=None, trust_env=False) as client:

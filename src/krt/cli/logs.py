@@ -194,9 +194,10 @@ async def follow_run_logs(
                 if is_terminal(phase_of((obj.get("status") or {}).get("phase"))):
                     final = obj
                     break
-        settle.deadline = trio.current_time() + settle_seconds
-        with settle:
-            await trio.sleep_forever()
+        if followed:  # no Pod ever ran it (e.g. cancelled while Pending): nothing to drain
+            settle.deadline = trio.current_time() + settle_seconds
+            with settle:
+                await trio.sleep_forever()
         nursery.cancel_scope.cancel()
     assert final is not None
     return final

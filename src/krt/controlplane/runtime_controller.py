@@ -29,12 +29,8 @@ from krt.controlplane.caches import Caches, InformerSet
 from krt.controlplane.events import Recorder
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
-from krt.controlplane.runtime_resources import (
-    desired_objects,
-    merge_for_update,
-    needs_update,
-    runtime_status_patch,
-)
+from krt.controlplane.runtime_resources import desired_objects, merge_for_update, needs_update
+from krt.controlplane.runtime_status import runtime_status_patch
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
 from krt.kube.informer import InformerEvent

@@ -96,6 +96,9 @@ function_log = logging.getLogger("runtimed.function")
 
 #: Upper bound on actions in one reconciliation (real chains: finalizer, register, ready).
 MAX_STEPS: Final = 8
+#: Registration attempt cleanup uses to supersede a registration whose ID it cannot learn
+#: (the largest int32: higher than any attempt the retry engine gives out).
+FENCE_ATTEMPT: Final = 2**31 - 1
 
 
 def _uid(obj: Obj) -> str:
@@ -593,27 +596,36 @@ class FunctionLifecycle:
     # -- cleanup -----------------------------------------------------------------------------
 
     async def _lookup_id(self, run: Run) -> str | None:
-        """Learn the ID of a registration this runtimed lost track of (idempotent register).
+        """Learn the ID of a registration this runtimed lost track of, or fence it off.
+
+        First an idempotent RegisterFunction with the Run's attempt and digest (the server
+        answers with the existing registration's ID, without reinitialising it). If the
+        server refuses that (a different digest, a newer local attempt, a failed
+        registration), a RegisterFunction with attempt :data:`FENCE_ATTEMPT` supersedes
+        whatever the server holds for the Run UID (seed 002: a higher attempt invalidates
+        the old ID and retires its worker), and its ID is unregistered instead. The working
+        directory is recreated first so the server accepts the request (it is removed with
+        the other files right after).
 
         Returns:
-            The ID, or ``None`` when nothing usable is registered (the server refuses: a
-            FAILED registration has no worker to stop).
+            The ID to unregister, or ``None`` when nothing can serve (both registrations
+            failed, so no worker runs).
 
         Raises:
             _Unreachable: the server did not answer.
         """
-        spec = self._register_spec(run, max(1, run.status.attempt))
-        exists = await trio.to_thread.run_sync(self.workspace.files(run.metadata.uid).work.is_dir)
-        if not exists:
-            return None
-        try:
-            with trio.fail_after(self.timings.register):
-                return await self._server.register(spec)
-        except FunctionRpcError as exc:
-            log.info("cleanup lookup of %s: %s", run.key, exc, extra=self._fields(run))
-            return None
-        except (ServerUnavailable, trio.TooSlowError) as exc:
-            raise _Unreachable(str(exc)) from None
+        files = self.workspace.files(run.metadata.uid)
+        await trio.to_thread.run_sync(lambda: files.work.mkdir(parents=True, exist_ok=True))
+        for attempt in (max(1, run.status.attempt), FENCE_ATTEMPT):
+            spec = self._register_spec(run, attempt)
+            try:
+                with trio.fail_after(self.timings.register):
+                    return await self._server.register(spec)
+            except FunctionRpcError as exc:
+                log.info("cleanup lookup of %s: %s", run.key, exc, extra=self._fields(run))
+            except (ServerUnavailable, trio.TooSlowError) as exc:
+                raise _Unreachable(str(exc)) from None
+        return None
 
     async def _unregister(self, uid: str, registration_id: str, *, drain: bool) -> bool:
         """UnregisterFunction: drain within ``timings.drain`` s (or not at all), then cancel.

@@ -147,7 +147,10 @@ class CallHandler:
                 scope.cancel()
 
         try:
-            async with _CallSocket(self._config, sock, cancel_call) as grpc_socket:
+            # ``async with sock``: neither anyio's listener nor purerpc closes the accepted
+            # socket; a connection dropped on error (e.g. a message over purerpc's 32 MiB
+            # limit) would otherwise stay open and leave the client hanging.
+            async with sock, _CallSocket(self._config, sock, cancel_call) as grpc_socket:
                 async with trio.open_nursery() as nursery:
                     async for stream in grpc_socket.listen():
                         scope = trio.CancelScope()
@@ -156,7 +159,7 @@ class CallHandler:
                     # the peer closed the connection: no call on it can be answered any more.
                     nursery.cancel_scope.cancel()
         except Exception as exc:
-            log.info("connection dropped", extra={"error": f"{type(exc).__name__}: {exc}"})
+            log.info("connection dropped", extra={"error": _describe(exc)})
 
     async def _serve_call(
         self,
@@ -172,7 +175,7 @@ class CallHandler:
         except Exception as exc:  # one broken stream must not drop the connection's other calls
             log.info(
                 "call dropped",
-                extra={"stream_id": stream.stream_id, "error": f"{type(exc).__name__}: {exc}"},
+                extra={"stream_id": stream.stream_id, "error": _describe(exc)},
             )
         finally:
             calls.pop(stream.stream_id, None)
@@ -210,6 +213,13 @@ class CallHandler:
             )
         if status is not None:
             await _close(stream, status)
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``, or of the exceptions inside an exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def _run_method(

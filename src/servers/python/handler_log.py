@@ -56,13 +56,15 @@ class HandlerOutputLog:
         fields = {"run_uid": self._run_uid, "invocation_id": self._invocation_id, "stream": stream}
         lines = payload.decode("utf-8", "replace").splitlines() or [""]
         for index, line in enumerate(lines):
-            size = len(line.encode()) + 1
+            logged = line[:MAX_LOG_LINE_CHARS]
+            size = len(logged.encode()) + 1
             if size > self._room:
                 self._room = 0
                 self._dropped += sum(len(rest.encode()) + 1 for rest in lines[index:])
                 return
             self._room -= size
-            log.info(line[:MAX_LOG_LINE_CHARS], extra=fields)
+            self._dropped += len(line.encode()) - len(logged.encode())
+            log.info(logged, extra=fields)
 
     def finish(self) -> None:
         """Close the invocation: report how many bytes were not logged, if any."""

@@ -263,7 +263,8 @@ class FakeFunctionServer:
     async def invoke(self, run_uid: str, seconds: float) -> None:
         """Hold one invocation in flight for ``seconds`` of trio time."""
         reg = self.registrations[run_uid]
-        assert reg.state is RegState.READY and not reg.in_flight
+        assert reg.state is RegState.READY
+        assert not reg.in_flight
         reg.in_flight = 1
         reg.last_activity_unix_nano = self._now_ns()
         try:

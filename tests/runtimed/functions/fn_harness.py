@@ -54,10 +54,17 @@ class Harness:
 
 
 @asynccontextmanager
-async def harness(tmp_path: Path, **timings: float) -> AsyncIterator[Harness]:
+async def harness(
+    tmp_path: Path,
+    *,
+    runs: FakeRuns | None = None,
+    server: FakeFunctionServer | None = None,
+    **timings: float,
+) -> AsyncIterator[Harness]:
+    """A running lifecycle; pass ``runs``/``server`` of an earlier one to model a restart."""
     clock = TrioLinkedClock(NOW)
-    runs = FakeRuns()
-    server = FakeFunctionServer(clock)
+    runs = runs or FakeRuns()
+    server = server or FakeFunctionServer(clock)
     workspace = Workspace(tmp_path / "ws")
     life = FunctionLifecycle(
         pod=PodIdentity(name=POD_NAME, namespace="ns", uid=POD_UID),
@@ -70,8 +77,9 @@ async def harness(tmp_path: Path, **timings: float) -> AsyncIterator[Harness]:
         settings=FunctionSettings(gateway_url=GATEWAY, timings=FunctionTimings(**timings)),
         prepare=fast_prepare,
     )
-    runs.handlers.append(life.on_run_event)
+    runs.handlers[:] = [life.on_run_event]
     async with trio.open_nursery() as nursery:
         await nursery.start(life.run)
+        life.adopt(runs.objects.values())
         yield Harness(runs, server, life, workspace, clock)
         nursery.cancel_scope.cancel()

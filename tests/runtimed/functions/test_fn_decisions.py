@@ -116,12 +116,14 @@ def test_registration_failure_goes_through_the_retry_engine() -> None:
     run = fn_run(phase="Running", start_time=NOW, finalizer=True, retry={"maxAttempts": 2})
     failure = Failure(FailureReason.REGISTRATION_FAILED, "ImportError: no module x", attempt=1)
     action = decide(run, LocalView(attempt=1, failure=failure))
-    assert isinstance(action, Fail) and isinstance(action.decision, Retry)
+    assert isinstance(action, Fail)
+    assert isinstance(action.decision, Retry)
     assert action.decision.patch["attempt"] == 2
     assert action.decision.patch["phase"] == "Running"
     assert "ImportError: no module x" in action.decision.patch["message"]
     ready = next(c for c in action.decision.patch["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "False" and "ImportError" in ready["message"]
+    assert ready["status"] == "False"
+    assert "ImportError" in ready["message"]
     # exhausted: Failed
     last = fn_run(
         phase="Running", start_time=NOW, finalizer=True, attempt=2, retry={"maxAttempts": 2}
@@ -130,7 +132,8 @@ def test_registration_failure_goes_through_the_retry_engine() -> None:
         last,
         LocalView(attempt=2, failure=failure.__class__(failure.reason, failure.message, attempt=2)),
     )
-    assert isinstance(action, Fail) and isinstance(action.decision, Terminal)
+    assert isinstance(action, Fail)
+    assert isinstance(action.decision, Terminal)
     assert action.decision.patch["phase"] == "Failed"
     # a failure of an older attempt is not applied again
     assert isinstance(decide(last, LocalView(attempt=1, failure=failure)), Register)
@@ -138,10 +141,12 @@ def test_registration_failure_goes_through_the_retry_engine() -> None:
 
 def test_unimplemented_function_runtime_is_permanent() -> None:
     failure = failure_from_register_error("UNIMPLEMENTED", "method not found", attempt=1)
-    assert failure is not None and failure.reason is FailureReason.FUNCTION_UNIMPLEMENTED
+    assert failure is not None
+    assert failure.reason is FailureReason.FUNCTION_UNIMPLEMENTED
     run = fn_run(phase="Running", start_time=NOW, finalizer=True, retry={"maxAttempts": 5})
     action = decide(run, LocalView(attempt=1, failure=failure))
-    assert isinstance(action, Fail) and isinstance(action.decision, Terminal)
+    assert isinstance(action, Fail)
+    assert isinstance(action.decision, Terminal)
     assert action.decision.why == "permanent"
 
 
@@ -154,7 +159,8 @@ def test_bad_handler_detail_is_in_the_failure() -> None:
     failure = failure_from_register_error(
         "FAILED_PRECONDITION", "registration reg_1 failed: ModuleNotFoundError: nope", attempt=1
     )
-    assert failure is not None and failure.reason is FailureReason.REGISTRATION_FAILED
+    assert failure is not None
+    assert failure.reason is FailureReason.REGISTRATION_FAILED
     assert "ModuleNotFoundError: nope" in failure.message
 
 
@@ -168,28 +174,34 @@ def test_retry_backoff_waits_then_resumes() -> None:
     )
     assert decide(run, LocalView(attempt=1)) == Wait(3.0)
     action = decide(run, LocalView(attempt=1), now=NOW + timedelta(seconds=3))
-    assert isinstance(action, ResumeRetry) and action.patch["retryAfter"] is None
+    assert isinstance(action, ResumeRetry)
+    assert action.patch["retryAfter"] is None
 
 
 def test_cancel_cleans_up_then_cancels() -> None:
     run = fn_run(phase="Running", start_time=NOW, finalizer=True, cancel=True)
     action = decide(run, REGISTERED)
-    assert isinstance(action, Cleanup) and action.kind is CleanupKind.CANCEL
-    assert action.patch is not None and action.patch["phase"] == "Cancelled"
+    assert isinstance(action, Cleanup)
+    assert action.kind is CleanupKind.CANCEL
+    assert action.patch is not None
+    assert action.patch["phase"] == "Cancelled"
     assert not action.lookup
     # after a restart (nothing local) the registration ID must be looked up first
     after_restart = decide(run)
-    assert isinstance(after_restart, Cleanup) and after_restart.lookup
+    assert isinstance(after_restart, Cleanup)
+    assert after_restart.lookup
     # a Scheduled Run holds nothing on the server
     scheduled = decide(fn_run(cancel=True))
-    assert isinstance(scheduled, Cleanup) and not scheduled.lookup
+    assert isinstance(scheduled, Cleanup)
+    assert not scheduled.lookup
 
 
 def test_lifetime_expiry_ends_timeout_lifetime_exceeded() -> None:
     run = fn_run(phase="Running", start_time=NOW, finalizer=True, timeout="30s")
     ready = with_patch(run, decide(run, REGISTERED).patch)  # type: ignore[union-attr]
     action = decide(ready, REGISTERED, now=NOW + timedelta(seconds=30))
-    assert isinstance(action, Cleanup) and action.kind is CleanupKind.LIFETIME
+    assert isinstance(action, Cleanup)
+    assert action.kind is CleanupKind.LIFETIME
     assert action.patch is not None
     assert (action.patch["phase"], action.patch["reason"]) == ("Timeout", "LifetimeExceeded")
 
@@ -197,7 +209,8 @@ def test_lifetime_expiry_ends_timeout_lifetime_exceeded() -> None:
 def test_idle_expiry_ends_timeout_idle_timeout() -> None:
     run = fn_run(phase="Ready", start_time=NOW, finalizer=True, idle=10)
     action = decide(run, LocalView(attempt=1, registered=True, idle_expired=True))
-    assert isinstance(action, Cleanup) and action.kind is CleanupKind.IDLE
+    assert isinstance(action, Cleanup)
+    assert action.kind is CleanupKind.IDLE
     assert action.patch is not None
     assert (action.patch["phase"], action.patch["reason"]) == ("Timeout", "IdleTimeout")
 

@@ -35,7 +35,8 @@ def test_digest_is_lowercase_sha256_of_the_canonical_json() -> None:
         doc["source"]["inlineSHA256"]
         == hashlib.sha256(b"def invoke(r):\n    return r\n").hexdigest()
     )
-    assert "workingDir" not in raw.decode() and "/workspace" not in raw.decode()
+    assert "workingDir" not in raw.decode()
+    assert "/workspace" not in raw.decode()
 
 
 def test_digest_is_stable_and_env_order_does_not_matter() -> None:

@@ -66,7 +66,8 @@ async def test_idle_fires_after_the_idle_period_without_invocations(
         report=results.append,
     )
     elapsed = trio.current_time() - start
-    assert result.verdict is Verdict.IDLE and results == [result]
+    assert result.verdict is Verdict.IDLE
+    assert results == [result]
     assert 10 <= elapsed <= 10 + 2.5  # period idle/4
 
 

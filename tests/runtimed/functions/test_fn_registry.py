@@ -13,10 +13,12 @@ def test_only_ready_entries_accept_invokes() -> None:
     reg.registering("u1", key="ns/f", attempt=1, digest="d")
     assert reg.accepting("u1") is None
     entry = reg.ready("u1", attempt=1, registration_id="reg_1")
-    assert entry.accepts_invokes and reg.accepting("u1") == entry
+    assert entry.accepts_invokes
+    assert reg.accepting("u1") == entry
     reg.unavailable("u1")
     assert reg.accepting("u1") is None
-    assert reg.get("u1") is not None and reg.get("u1").state is EntryState.UNAVAILABLE  # type: ignore[union-attr]
+    assert reg.get("u1") is not None
+    assert reg.get("u1").state is EntryState.UNAVAILABLE
     assert changes == ["u1", "u1", "u1"]
 
 
@@ -31,7 +33,8 @@ def test_terminating_is_final() -> None:
         reg.registering("u1", key="ns/f", attempt=2, digest="d")
     with pytest.raises(ValueError, match="terminating"):
         reg.ready("u1", attempt=1, registration_id="reg_1")
-    assert reg.remove("u1") is not None and reg.get("u1") is None
+    assert reg.remove("u1") is not None
+    assert reg.get("u1") is None
 
 
 def test_ready_needs_the_same_attempt_and_an_id() -> None:

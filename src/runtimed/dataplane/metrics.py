@@ -1,0 +1,84 @@
+"""Prometheus metrics of runtimed's invoke proxy (issue 8, Observability).
+
+Registered into runtimed's own registry (:class:`runtimed.metrics.RuntimedMetrics`), so
+``/metrics`` on runtimed's HTTP port serves them beside the lifecycle metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["LATENCY_BUCKETS", "DataplaneMetrics"]
+
+#: Invocation latency buckets, seconds (from 0.5 ms: the proxy hop itself is sub-millisecond).
+LATENCY_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+class DataplaneMetrics:
+    """The invoke proxy's metrics.
+
+    Args:
+        registry: where to register them (a fresh one when ``None``).
+
+    Attributes:
+        invocations: ``runtimed_invocations_total{code,route}``: InvokeFunction calls
+            answered, by gRPC status name and route (``local``, ``remote``, ``none`` when
+            refused before routing).
+        latency: ``runtimed_invocation_duration_seconds{route}``: call arrival to answer.
+        in_flight: ``runtimed_invocations_in_flight``: calls being handled.
+        authz_lookups: ``runtimed_authz_cache_lookups_total{result}`` (``hit``, ``miss``).
+        hops: ``runtimed_proxied_hops_total{direction}``: ``out`` (forwarded to an owner),
+            ``in`` (accepted from a peer).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.invocations = Counter(
+            "runtimed_invocations_total",
+            "InvokeFunction calls answered on the Service port, by gRPC code and route",
+            ["code", "route"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "runtimed_invocation_duration_seconds",
+            "InvokeFunction call arrival to answer, seconds",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "runtimed_invocations_in_flight",
+            "InvokeFunction calls being handled on the Service port",
+            registry=self.registry,
+        )
+        self.authz_lookups = Counter(
+            "runtimed_authz_cache_lookups_total",
+            "Authorization cache lookups, by result (hit, miss)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.hops = Counter(
+            "runtimed_proxied_hops_total",
+            "Peer hops: out (forwarded to the owner), in (accepted from a peer)",
+            ["direction"],
+            registry=self.registry,
+        )

@@ -1,0 +1,114 @@
+"""Mutual TLS between runtimed instances: the peer hop transport (seed 000, Runtime Gateway).
+
+Seed 000: "Peer connections use mTLS with workload identities; a hop marker prevents proxy
+loops." The installation provides the material as a Secret mounted in every Runtime Pod;
+``--peer-tls-dir`` (``RUNTIMED_PEER_TLS_DIR``) names its directory with the usual
+``kubernetes.io/tls`` keys plus the CA: ``tls.crt`` (chain), ``tls.key``, ``ca.crt``.
+
+One port serves both the gateway and peers, so the server *requests* a client certificate
+(``CERT_OPTIONAL``): a certificate that is presented must chain to the installation CA or
+the handshake fails, and a connection without one (the gateway) is still served. A hop
+marker is honoured only on a connection whose client certificate was verified
+(:func:`peer_verified`); anything else that claims to be a hop is refused. The client side
+presents the same certificate and trusts only ``ca.crt``. Host names are not checked on the
+peer hop: every runtimed shares the Secret's certificate and is dialled by Pod IP, so the
+dedicated installation CA is the identity, and the owner further fences the hop on its own
+Pod UID, Run UID and attempt.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import anyio.abc
+from anyio.streams.tls import TLSAttribute
+
+__all__ = ["PEER_TLS_FILES", "PeerTLS", "PeerTLSError", "load_peer_tls", "peer_verified"]
+
+#: The files expected in ``--peer-tls-dir``.
+PEER_TLS_FILES: Final = ("tls.crt", "tls.key", "ca.crt")
+
+_VERIFIED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "runtimed_peer_verified", default=False
+)
+
+
+class PeerTLSError(ValueError):
+    """The peer TLS directory is incomplete or its files are unusable (names the file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTLS:
+    """TLS contexts of the Service port and of outgoing peer hops.
+
+    Attributes:
+        server: the listening side: serves ``tls.crt``, requests a client certificate
+            chaining to ``ca.crt`` (optional, see the module docstring), ALPN ``h2``.
+        client: the hop side: presents ``tls.crt``, trusts only ``ca.crt``, ALPN ``h2``.
+    """
+
+    server: ssl.SSLContext
+    client: ssl.SSLContext
+
+
+def load_peer_tls(directory: Path) -> PeerTLS:
+    """Build the contexts from ``tls.crt``, ``tls.key`` and ``ca.crt`` in ``directory``.
+
+    Args:
+        directory: the mounted Secret's directory.
+
+    Returns:
+        The contexts (TLS 1.2 minimum).
+
+    Raises:
+        PeerTLSError: a file is missing or cannot be loaded (the message names it).
+    """
+    paths = {name: Path(directory) / name for name in PEER_TLS_FILES}
+    for name, path in paths.items():
+        if not path.is_file():
+            raise PeerTLSError(f"--peer-tls-dir {str(directory)!r}: {name} is missing")
+    contexts: list[ssl.SSLContext] = []
+    for purpose in (ssl.Purpose.CLIENT_AUTH, ssl.Purpose.SERVER_AUTH):
+        try:
+            context = ssl.create_default_context(purpose, cafile=str(paths["ca.crt"]))
+        except (ssl.SSLError, OSError) as exc:
+            raise PeerTLSError(f"--peer-tls-dir: ca.crt cannot be loaded: {exc}") from exc
+        try:
+            context.load_cert_chain(str(paths["tls.crt"]), str(paths["tls.key"]))
+        except (ssl.SSLError, OSError) as exc:
+            raise PeerTLSError(
+                f"--peer-tls-dir: tls.crt/tls.key cannot be loaded as a pair: {exc}"
+            ) from exc
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_alpn_protocols(["h2"])
+        contexts.append(context)
+    server, client = contexts
+    server.verify_mode = ssl.CERT_OPTIONAL
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_REQUIRED
+    return PeerTLS(server=server, client=client)
+
+
+def connection_has_verified_peer(stream: anyio.abc.ByteStream) -> bool:
+    """Whether ``stream`` is TLS with a client certificate the server context verified."""
+    cert: Any = stream.extra(TLSAttribute.peer_certificate, None)
+    return bool(cert)
+
+
+def set_peer_verified(verified: bool) -> contextvars.Token[bool]:
+    """Record, for the calls of the current connection's task tree, whether the peer is verified."""
+    return _VERIFIED.set(verified)
+
+
+def reset_peer_verified(token: contextvars.Token[bool]) -> None:
+    """Undo :func:`set_peer_verified`."""
+    _VERIFIED.reset(token)
+
+
+def peer_verified() -> bool:
+    """Whether the call being served arrived on a connection with a verified peer certificate."""
+    return _VERIFIED.get()
