@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check protos crds bench clean images
+.PHONY: demo test lint typecheck check protos crds bench clean images docs e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ protos: $(STAMP)  ## regenerate src/krt/proto from protos/
 
 crds: $(STAMP)  ## regenerate charts/kruntimes/crds from src/krt/api/schema.py
 	$(BIN)/python scripts/gen_crds.py
+
+docs: $(STAMP)  ## regenerate docs/api-reference.md from the CRDs (tests/docs checks it)
+	$(BIN)/python scripts/gen_api_docs.py
+
+e2e: $(STAMP)  ## end-to-end tests on a kind cluster (needs kind, docker, kubectl, helm; see docs/e2e.md)
+	$(BIN)/python -m pytest -v -rs tests/e2e
 
 images:  ## build the five container images (needs Docker; see images/build.sh)
 	bash images/build.sh

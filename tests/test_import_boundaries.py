@@ -60,5 +60,6 @@ def test_pinned_grpc_http_stack_imports_together() -> None:
     import purerpc
 
     assert h2.__version__.startswith("3.")
-    assert purerpc.Server is not None and hypercorn.trio.serve is not None
+    assert purerpc.Server is not None
+    assert hypercorn.trio.serve is not None
     assert grpclib.client.Channel is not None

@@ -79,9 +79,7 @@ class ApiError(Exception):
         return body
 
 
-def invalid(
-    kind: str, group: str, name: str, errors: list[FieldError]
-) -> ApiError:
+def invalid(kind: str, group: str, name: str, errors: list[FieldError]) -> ApiError:
     """Build the 422 ``Invalid`` error for ``errors`` the way kube-apiserver words it.
 
     Args:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from localkube import objects, patching, storage
+from localkube import conversion, objects, patching, storage
 from localkube.admission import Admission
 from localkube.deletion import DeleteOptions, Deleter
 from localkube.errors import ApiError
@@ -171,10 +171,8 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
 
 
 def for_version(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-    """Return ``obj`` as served at ``rt``'s version (shallow copy if apiVersion differs)."""
-    if obj.get("apiVersion") == rt.api_version:
-        return obj
-    return {**obj, "apiVersion": rt.api_version}
+    """Return a stored object as served at ``rt`` (see :func:`localkube.conversion.to_view`)."""
+    return conversion.to_view(rt, obj)
 
 
 class Handlers:
@@ -273,6 +271,7 @@ class Handlers:
                     f'{rt.group_resource} "{name}" already exists',
                     details={"name": name, "group": rt.group, "kind": rt.plural},
                 )
+        obj = conversion.to_storage(rt, obj)
         if dry_run:
             obj["metadata"]["resourceVersion"] = ""
             return for_version(rt, obj)
@@ -335,12 +334,13 @@ class Handlers:
             position = (meta.get("namespace", ""), meta["name"])
             if start is not None and position <= start:
                 continue
-            if not options.matches(obj):
+            view = for_version(rt, obj)
+            if not options.matches(view):
                 continue
             if options.limit and len(selected) >= options.limit:
                 remaining += 1
                 continue
-            selected.append(for_version(rt, obj))
+            selected.append(view)
         if remaining:
             last = selected[-1]["metadata"]
             next_token = _encode_continue(revision, (last.get("namespace", ""), last["name"]))
@@ -410,6 +410,7 @@ class Handlers:
         else:
             new = self.admission.admit_status(rt, new, old)
         key = self._key(rt, old["metadata"].get("namespace", ""), name)
+        new = conversion.to_storage(rt, new)
         if dry_run:
             return for_version(rt, new)
         if self.deleter.finalized(rt, old, new):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 STANDARD_VERBS: tuple[str, ...] = (
@@ -64,6 +64,10 @@ class ResourceType:
         strategic_merge: whether strategic merge patch is accepted (built-ins only).
         stored: False for virtual create-only kinds (reviews, TokenRequest).
         crd_name: the owning CRD's name for CRD-served kinds, else "".
+        storage_group: store under another group's key (events.k8s.io Events are core
+            Events); None for the type's own group.
+        conversion: how stored objects are converted for this type (see
+            :mod:`localkube.conversion`); "" rewrites ``apiVersion`` only.
     """
 
     group: str
@@ -82,6 +86,8 @@ class ResourceType:
     stored: bool = True
     crd_name: str = ""
     list_kind: str = field(default="")
+    storage_group: str | None = None
+    conversion: str = ""
 
     @property
     def api_version(self) -> str:
@@ -91,7 +97,8 @@ class ResourceType:
     @property
     def storage_key(self) -> str:
         """The key objects of this kind are stored under (``group/plural``)."""
-        return f"{self.group}/{self.plural}"
+        group = self.group if self.storage_group is None else self.storage_group
+        return f"{group}/{self.plural}"
 
     @property
     def group_resource(self) -> str:
@@ -165,8 +172,13 @@ BUILTINS: tuple[ResourceType, ...] = (
         categories=("all",)),
     _rt("coordination.k8s.io", "v1", "leases", "Lease"),
     _rt("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice"),
-    _rt("events.k8s.io", "v1", "events", "Event", short=("ev",),
-        fields=("regarding.kind", "regarding.namespace", "regarding.name", "reason", "type")),
+    replace(
+        _rt("events.k8s.io", "v1", "events", "Event", short=("ev",),
+            fields=("regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+                    "regarding.apiVersion", "regarding.resourceVersion", "regarding.fieldPath",
+                    "reason", "reportingController", "type")),
+        storage_group="", conversion="events",
+    ),
     _rt("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     _rt("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     _rt("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),

@@ -63,14 +63,26 @@ class WatchRequest:
     include_object: str = "Metadata"
 
 
-def transition(event: storage.StoredEvent, options: ListOptions) -> str | None:
-    """Return the event type a selector-filtered watcher sees for ``event`` (None: skip)."""
-    new_match = options.matches(event.obj)
+def transition(
+    event: storage.StoredEvent, options: ListOptions, rt: ResourceType | None = None
+) -> str | None:
+    """Return the event type a selector-filtered watcher sees for ``event`` (None: skip).
+
+    Args:
+        event: the store event. options: the watch's selectors.
+        rt: the watched type when its objects are converted for serving (selectors then
+            apply to the served form, e.g. ``regarding.name`` of events.k8s.io Events).
+    """
+
+    def matches(obj: dict[str, Any]) -> bool:
+        return options.matches(for_version(rt, obj) if rt is not None else obj)
+
+    new_match = matches(event.obj)
     if event.type == "ADDED":
         return "ADDED" if new_match else None
     if event.type == "DELETED":
-        return "DELETED" if options.matches(event.old or event.obj) else None
-    old_match = event.old is not None and options.matches(event.old)
+        return "DELETED" if matches(event.old or event.obj) else None
+    old_match = event.old is not None and matches(event.old)
     if old_match and new_match:
         return "MODIFIED"
     if new_match:
@@ -89,7 +101,7 @@ class _Encoder:
     def encode(self, kind: str, obj: dict[str, Any], event: storage.StoredEvent | None) -> bytes:
         rt = self.request.rt
         if not self.request.table:
-            if event is not None and event.type == kind:
+            if event is not None and event.type == kind and not rt.conversion:
                 return event.line(rt.api_version)
             return storage.encode({"type": kind, "object": for_version(rt, obj)}) + b"\n"
         body = tables.table(
@@ -143,6 +155,7 @@ async def run_watch(
     rt = request.rt
     options = request.options
     encoder = _Encoder(request, now)
+    converted = rt if rt.conversion else None
     rv = options.resource_version
     since: int | None = int(rv) if rv not in ("", "0") else None
     initial = since is None or request.send_initial_events
@@ -158,11 +171,11 @@ async def run_watch(
         chunk: list[bytes] = []
         if initial and since is None:
             for obj in store.list(rt.storage_key, request.namespace):
-                if options.matches(obj):
+                if options.matches(for_version(rt, obj)):
                     chunk.append(encoder.encode("ADDED", obj, None))
             last_sent = store.revision
         for event in replay:
-            kind = transition(event, options)
+            kind = transition(event, options, converted)
             if kind is not None:
                 chunk.append(encoder.encode(kind, event.obj, event))
             last_sent = event.revision
@@ -190,7 +203,7 @@ async def run_watch(
                 event = received
                 while True:
                     # a resourceVersion from the future: skip changes up to it
-                    kind = transition(event, options) if event.revision > floor else None
+                    kind = transition(event, options, converted) if event.revision > floor else None
                     if kind is not None:
                         batch.append(encoder.encode(kind, event.obj, event))
                     last_sent = max(last_sent, event.revision)

@@ -3,7 +3,8 @@
 Every identity and configuration value has a flag and an environment variable; the Runtime
 controller's Deployment sets the variables (``POD_NAME``, ``POD_NAMESPACE``, ``POD_UID``,
 ``POD_IP`` through the downward API, ``RUNTIME_NAME``, ``RUNTIME_SERVER_ADDRESS``,
-``WORKSPACE_DIR``). ``--path-root`` (``KRT_POD_ROOT``) prefixes absolute container paths
+``WORKSPACE_DIR``, ``RUNTIMED_PORT`` for the invoke proxy's gRPC Service port, and
+``RUNTIMED_PEER_TLS_DIR`` for the peer mTLS Secret). ``--path-root`` (``KRT_POD_ROOT``) prefixes absolute container paths
 (the workspace), for nodes that run containers as plain processes.
 """
 
@@ -17,6 +18,8 @@ import click
 import trio
 
 from runtimed.daemon import DaemonConfig, serve_daemon
+from runtimed.dataplane.app import DataplaneSettings
+from runtimed.dataplane.peer import PeerTLSError, load_peer_tls
 from runtimed.identity import PodIdentity
 from runtimed.logs import configure_logging
 from runtimed.runtime_client import parse_address
@@ -97,6 +100,21 @@ async def _run_until_signal(config: DaemonConfig) -> None:
     help="Port of /healthz and /metrics.",
 )
 @click.option(
+    "--runtimed-port",
+    envvar="RUNTIMED_PORT",
+    default=9090,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="gRPC Service port of the FunctionRuntime invoke proxy (on the Pod IP).",
+)
+@click.option(
+    "--peer-tls-dir",
+    envvar="RUNTIMED_PEER_TLS_DIR",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Directory with tls.crt, tls.key, ca.crt for peer mTLS (unset: plaintext, no hops).",
+)
+@click.option(
     "--kubeconfig", envvar="RUNTIMED_KUBECONFIG", default=None, type=click.Path(path_type=Path)
 )
 @click.option(
@@ -137,6 +155,8 @@ def main(
     path_root: Path | None,
     http_host: str | None,
     http_port: int,
+    runtimed_port: int,
+    peer_tls_dir: Path | None,
     kubeconfig: Path | None,
     serviceaccount_dir: Path,
     git: str,
@@ -161,6 +181,12 @@ def main(
         workspace_root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise click.UsageError(f"--workspace-dir {str(workspace_root)!r}: {exc.strerror}") from None
+    if peer_tls_dir is not None:
+        peer_tls_dir = _under_root(peer_tls_dir, path_root)
+        try:
+            load_peer_tls(peer_tls_dir)
+        except PeerTLSError as exc:
+            raise click.UsageError(str(exc)) from None
     configure_logging(log_level)
     config = DaemonConfig(
         pod=pod,
@@ -173,6 +199,9 @@ def main(
         serviceaccount_dir=serviceaccount_dir,
         git=git,
         timings=TaskTimings(rleg_period=rleg_period),
+        dataplane=DataplaneSettings(
+            host=pod_ip or "", port=runtimed_port, peer_tls_dir=peer_tls_dir
+        ),
     )
     trio.run(_run_until_signal, config)
 

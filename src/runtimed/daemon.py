@@ -12,8 +12,11 @@ Start-up order, each child started with ``nursery.start`` so it is explicit:
    label, so the filter is client-side: one dictionary lookup per event;
 4. the task lifecycle (reconcile workers, start workers, RLEG, sweeper), after a first sweep
    of the Runtime Server's executions (restart safety);
-5. readiness (``RuntimedReady`` follows Health) and the heartbeat Lease;
-6. ``/healthz`` and ``/metrics``.
+5. the invoke dataplane (:func:`runtimed.dataplane.app.serve_dataplane`: ownership cache on
+   the Run informer plus a Pod informer, the FunctionRuntime proxy on ``RUNTIMED_PORT``),
+   when configured;
+6. readiness (``RuntimedReady`` follows Health) and the heartbeat Lease;
+7. ``/healthz`` and ``/metrics``.
 
 Cancelling the root nursery stops everything; per-Run work lives in the lifecycle's nursery.
 """
@@ -39,7 +42,10 @@ from krt.kube.heartbeat import (
 from krt.kube.informer import Informer
 from krt.kube.resources import RUNS
 from krt.kube.status import patch_pod_condition
+from runtimed.dataplane.app import DataplaneSettings, serve_dataplane
+from runtimed.dataplane.proxy import InvokeProxy
 from runtimed.events import KubeEventSink
+from runtimed.functions.registry import FunctionRegistry
 from runtimed.httpserver import health_app, serve_http
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
@@ -78,6 +84,7 @@ class DaemonConfig:
         heartbeat_period: Lease renewal period, seconds.
         lease_duration: ``leaseDurationSeconds`` of the heartbeat Lease.
         health_period: seconds between Health probes.
+        dataplane: the invoke proxy's Service port, or ``None`` to serve none.
     """
 
     pod: PodIdentity
@@ -93,6 +100,7 @@ class DaemonConfig:
     heartbeat_period: float = HEARTBEAT_PERIOD_SECONDS
     lease_duration: int = HEARTBEAT_LEASE_DURATION_SECONDS
     health_period: float = 1.0
+    dataplane: DataplaneSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +113,8 @@ class DaemonHandle:
         informer: the Run informer.
         server: the Runtime Server client.
         readiness: the readiness loop.
+        registry: the function registry (shared by the function lifecycle and the proxy).
+        proxy: the invoke proxy (``proxy.port`` is its bound port), or ``None``.
     """
 
     http_port: int
@@ -112,6 +122,8 @@ class DaemonHandle:
     informer: Informer
     server: RuntimeServerClient
     readiness: ReadinessLoop
+    registry: FunctionRegistry | None = None
+    proxy: InvokeProxy | None = None
 
 
 def assigned_pod_uids(obj: Obj) -> Iterable[str]:
@@ -177,6 +189,25 @@ async def serve_daemon(
             for obj in informer.by_index(ASSIGNED_POD_INDEX, pod.uid):
                 lifecycle.queue.add(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
             await nursery.start(lifecycle.run)
+            # the function registry: the function lifecycle writes it (pass it as its
+            # ``registry``), the invoke proxy reads it
+            registry = FunctionRegistry()
+            proxy: InvokeProxy | None = None
+            if config.dataplane is not None:
+                proxy = await nursery.start(
+                    functools.partial(
+                        serve_dataplane,
+                        config.dataplane,
+                        kube=kube,
+                        runs=informer,
+                        pod=pod,
+                        registrations=registry,
+                        server_host=config.server_host,
+                        server_port=config.server_port,
+                        clock=clock,
+                        metrics_registry=metrics.registry,
+                    )
+                )
 
             async def patch(condition: dict[str, Any]) -> object:
                 return await patch_pod_condition(kube, pod.namespace, pod.name, condition)
@@ -214,6 +245,8 @@ async def serve_daemon(
                     informer=informer,
                     server=server,
                     readiness=readiness,
+                    registry=registry,
+                    proxy=proxy,
                 )
             )
     finally:

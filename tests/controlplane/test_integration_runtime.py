@@ -35,7 +35,6 @@ async def test_runtime_becomes_ready_pool_and_deployment_comes_back(
 ) -> None:
     await create_runtime(kube, replicas=2, runs=4)
     async with running_controlplane(kube):
-        await wait_for(lambda: _ready_replicas(kube), seconds=8)
 
         async def two_ready() -> bool:
             return await _ready_replicas(kube) == 2
@@ -63,7 +62,7 @@ async def test_runtime_becomes_ready_pool_and_deployment_comes_back(
                 return False
             return bool(again["metadata"]["uid"] != deployment["metadata"]["uid"])
 
-        await wait_for(recreated, seconds=10)
+        await wait_for(recreated, seconds=20)
         # a deleted Service comes back too
         service = await kube.get(SERVICES, "runtime-python", NS)
         await kube.delete(SERVICES, "runtime-python", NS)
@@ -75,7 +74,7 @@ async def test_runtime_becomes_ready_pool_and_deployment_comes_back(
                 return False
             return bool(again["metadata"]["uid"] != service["metadata"]["uid"])
 
-        await wait_for(service_back, seconds=10)
+        await wait_for(service_back, seconds=20)
         await trio.lowlevel.checkpoint()
 
 

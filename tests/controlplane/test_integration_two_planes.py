@@ -67,47 +67,57 @@ async def test_two_schedulers_never_double_bind_across_200_runs(
 async def test_with_leader_election_only_the_leader_acts_and_a_successor_takes_over(
     kube: Kube, cluster: ClusterHandle, heartbeats: HeartbeatDouble, nursery: trio.Nursery
 ) -> None:
+    """At no sampled moment do both planes lead; every Run is bound once; on the leader's
+    stop the other takes over and schedules."""
     watch = RunWatch(kube)
     await nursery.start(watch.informer.run)
     timing = {
         "leader_elect": True,
         "lease_namespace": NS,
-        "lease_duration": 3.0,
-        "renew_deadline": 2.0,
+        "lease_duration": 6.0,
+        "renew_deadline": 4.0,
         "retry_period": 0.5,
     }
     async with await connect(kubeconfig=Path(cluster.apiserver.kubeconfig_path)) as other:
         async with trio.open_nursery() as planes:
-            stop_a = trio.CancelScope()
-            stop_b = trio.CancelScope()
+            stops = {"a": trio.CancelScope(), "b": trio.CancelScope()}
             started: dict[str, ControlPlane] = {}
+            overlaps = 0
 
-            async def keep(name: str, client: Kube, scope: trio.CancelScope) -> None:
-                with scope:
+            async def keep(name: str, client: Kube) -> None:
+                with stops[name]:
                     async with running_controlplane(client, identity=name, **timing) as plane:
                         started[name] = plane
                         await trio.sleep_forever()
 
-            planes.start_soon(keep, "a", kube, stop_a)
-            planes.start_soon(keep, "b", other, stop_b)
-            await wait_for(lambda: len(started) == 2)
-
             def leaders() -> list[str]:
                 return [n for n, p in started.items() if p.metrics.is_leader._value.get() == 1]  # noqa: SLF001
 
+            async def sample() -> None:
+                nonlocal overlaps
+                while True:
+                    if len(leaders()) > 1:
+                        overlaps += 1
+                    await trio.sleep(0.005)
+
+            planes.start_soon(keep, "a", kube)
+            planes.start_soon(keep, "b", other)
+            planes.start_soon(sample)
+            await wait_for(lambda: len(started) == 2)
             await wait_for(lambda: len(leaders()) == 1)
             await _pool(kube, replicas=1, runs=30)
             await _create_runs(kube, 20)
             await wait_for(lambda: watch.phases()[Phase.SCHEDULED] == 20, seconds=30)
+            assert started["a"].scheduler.bound + started["b"].scheduler.bound == 20
+            await wait_for(lambda: len(leaders()) == 1)
             leader = leaders()[0]
             follower = "b" if leader == "a" else "a"
-            assert started[leader].scheduler.bound == 20
-            assert started[follower].scheduler.bound == 0
-            # the leader stops (releasing its Lease); the follower takes over and schedules
-            (stop_a if leader == "a" else stop_b).cancel()
+            before = started[follower].scheduler.bound
+            stops[leader].cancel()  # the leader stops and releases its Lease
             await wait_for(lambda: leaders() == [follower], seconds=10)
             await kube.create(RUNS, run_manifest("after-failover"))
             await wait_for(lambda: watch.phases()[Phase.SCHEDULED] == 21, seconds=10)
-            assert started[follower].scheduler.bound == 1
+            assert started[follower].scheduler.bound == before + 1
             assert all(len(assignments) == 1 for assignments in watch.binds.values())
+            assert overlaps == 0
             planes.cancel_scope.cancel()

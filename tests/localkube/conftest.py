@@ -11,8 +11,9 @@ Fixtures:
 * ``kr8s_api``: a ``kr8s.asyncio`` API object on trio bound to ``apiserver``'s kubeconfig.
 * ``admin_http``: an ``httpx.AsyncClient`` with the admin token and the cluster CA, base URL
   the server (for raw REST calls kr8s does not expose).
-* :func:`watch_until`: wait for a condition on one object through a watch (for effects
-  of the in-process controllers: garbage collection, namespace cleanup).
+* :func:`client_for` (helper): an httpx client for a handle with any bearer token.
+* :func:`watch_until` (helper): wait for a condition on one object through a watch (for
+  effects of the in-process controllers: garbage collection, namespace cleanup).
 * ``kubectl``: an async ``kubectl(*args, input=None, check=True, token=None)`` runner bound
   to the ``apiserver`` kubeconfig, returning ``subprocess.CompletedProcess[str]``; the test
   is skipped with a printed reason when kubectl is not installed.

@@ -165,11 +165,13 @@ async def test_lease_optimistic_concurrency(admin_http: httpx.AsyncClient) -> No
     assert (await admin_http.put(f"{leases}/leader", json=theirs)).status_code == 409
 
 
-async def test_events_in_both_groups(admin_http: httpx.AsyncClient) -> None:
+async def test_events_are_one_store_served_in_both_groups(admin_http: httpx.AsyncClient) -> None:
     core = {
         "metadata": {"name": "e1"},
         "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
         "reason": "Started",
+        "message": "Started container",
+        "count": 2,
         "type": "Normal",
     }
     assert (
@@ -180,19 +182,39 @@ async def test_events_in_both_groups(admin_http: httpx.AsyncClient) -> None:
         params={"fieldSelector": "involvedObject.name=p,reason=Started"},
     )
     assert [e["metadata"]["name"] for e in found.json()["items"]] == ["e1"]
+    new_api = "/apis/events.k8s.io/v1/namespaces/default/events"
+    seen = (await admin_http.get(f"{new_api}/e1")).json()
+    assert seen["apiVersion"] == "events.k8s.io/v1"
+    assert seen["regarding"]["name"] == "p"
+    assert seen["note"] == "Started container"
+    assert seen["deprecatedCount"] == 2
+    assert "involvedObject" not in seen
     new = {
         "metadata": {"name": "e2"},
-        "regarding": {"kind": "Pod", "name": "p"},
+        "regarding": {"kind": "Pod", "name": "q"},
         "reason": "Pulled",
+        "note": "pulled",
         "action": "Pull",
         "type": "Normal",
         "eventTime": "2026-01-01T00:00:00.000000Z",
         "reportingController": "x",
         "reportingInstance": "y",
     }
-    assert (
-        await admin_http.post("/apis/events.k8s.io/v1/namespaces/default/events", json=new)
-    ).status_code == 201
+    assert (await admin_http.post(new_api, json=new)).status_code == 201
+    as_core = (await admin_http.get("/api/v1/namespaces/default/events/e2")).json()
+    assert as_core["involvedObject"]["name"] == "q"
+    assert as_core["message"] == "pulled"
+    assert as_core["reportingComponent"] == "x"
+    by_regarding = await admin_http.get(new_api, params={"fieldSelector": "regarding.name=q"})
+    assert [e["metadata"]["name"] for e in by_regarding.json()["items"]] == ["e2"]
+    with trio.fail_after(5):
+        params = {"watch": "1", "fieldSelector": "regarding.name=p"}
+        async with admin_http.stream("GET", new_api, params=params) as response:
+            async for line in response.aiter_lines():
+                event = json.loads(line)
+                break
+    assert event["type"] == "ADDED"
+    assert event["object"]["note"] == "Started container"
 
 
 async def test_table_watch_sends_column_definitions_once(admin_http: httpx.AsyncClient) -> None:

@@ -69,3 +69,29 @@ def test_registry_serves_and_forgets_crd_kinds() -> None:
     registry.remove_crd("things.example.com")
     assert registry.lookup("example.com", "v1", "things") is None
     assert registry.lookup("", "v1", "pods") is not None
+
+
+def test_event_conversion_round_trips() -> None:
+    from localkube.conversion import to_storage, to_view
+
+    registry = ResourceRegistry()
+    new_api = registry.lookup("events.k8s.io", "v1", "events")
+    core_api = registry.lookup("", "v1", "events")
+    assert new_api is not None
+    assert core_api is not None
+    assert new_api.storage_key == core_api.storage_key == "/events"
+    stored = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "e"},
+        "involvedObject": {"name": "p"},
+        "message": "m",
+        "count": 3,
+        "reason": "R",
+    }
+    view = to_view(new_api, stored)
+    assert view["regarding"] == {"name": "p"}
+    assert view["note"] == "m"
+    assert view["deprecatedCount"] == 3
+    assert to_storage(new_api, view) == stored
+    assert to_view(core_api, stored) is stored

@@ -1,11 +1,20 @@
-"""``krt dev up|down|status``: a local cluster (localkube) for development and tests.
+"""``krt dev up|down|status``: a local cluster (localkube) with kruntimes installed.
+
+``krt dev up`` starts localkube and installs kruntimes from the charts (the rendered
+manifest set of :mod:`krt.cli.dev_apply`: CRDs, control plane, gateway with a generated CA,
+peer mTLS Secret, the built-in ``python`` and ``bash`` Runtimes in ``default``), then waits
+until everything is ready (:mod:`krt.cli.dev_install`); ``--no-install`` gives a bare
+cluster. With ``--detach`` the cluster runs in the background and the command returns once
+kruntimes is ready; in the foreground it prints ``Ready`` and serves until Ctrl-C. Re-running
+``up --detach`` on a running cluster re-applies the install (idempotent) and returns.
 
 localkube is imported inside the commands only: the rest of krt never imports it.
 
 State directory (``--state-dir``, default ``~/.krt/dev``; one per cluster, so several can
 live side by side): the API server's SQLite store, PKI and ``kubeconfig``, the Pod roots
 under ``node/``, ``krt-dev.pid`` (the cluster process), ``cluster.json`` (written once it
-serves) and ``krt-dev.log`` (output of a ``--detach`` run).
+serves), ``krt-dev.log`` (output of a ``--detach`` run), ``kruntimes/`` (the generated CAs)
+and ``env`` (``export KUBECONFIG=... KRT_GATEWAY_URL=...`` once kruntimes is ready).
 """
 
 from __future__ import annotations
@@ -25,10 +34,13 @@ DEFAULT_STATE_DIR = Path("~/.krt/dev")
 PID_FILE = "krt-dev.pid"
 LOG_FILE = "krt-dev.log"
 READY_FILE = "cluster.json"
+ENV_FILE = "env"
 #: Seconds ``up --detach`` waits for the API server to answer.
 UP_WAIT_SECONDS = 30.0
 #: Seconds ``down`` waits for the cluster process to exit after SIGTERM.
 DOWN_WAIT_SECONDS = 15.0
+#: Default seconds ``up`` waits for kruntimes to be ready after installing it.
+INSTALL_WAIT_SECONDS = 120.0
 
 state_dir_option = click.option(
     "--state-dir",
@@ -79,24 +91,75 @@ def dev() -> None:
     default=None,
     help="YAML/JSON image table overlay (image -> local command).",
 )
+@click.option(
+    "--no-install",
+    is_flag=True,
+    help="A bare cluster: do not install kruntimes (CRDs, control plane, gateway, Runtimes).",
+)
+@click.option(
+    "--timeout",
+    "wait_seconds",
+    type=click.FloatRange(min=1.0),
+    default=INSTALL_WAIT_SECONDS,
+    show_default=True,
+    help="Seconds to wait for kruntimes to be ready.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
-def up(state_dir: Path, detach: bool, port: int, images: Path | None, verbose: bool) -> None:
-    """Start the cluster (API server, controllers, node, Service proxy).
+def up(
+    state_dir: Path,
+    detach: bool,
+    port: int,
+    images: Path | None,
+    no_install: bool,
+    wait_seconds: float,
+    verbose: bool,
+) -> None:
+    """Start the cluster and install kruntimes; ready when it returns (--detach) or prints Ready.
 
-    Re-running on an existing state directory resumes its objects and restarts their Pods.
+    Re-running on an existing state directory resumes its objects and restarts their Pods;
+    re-running with --detach while the cluster runs re-applies the install and returns.
+
+    \b
+    Examples:
+      krt dev up --detach && source ~/.krt/dev/env
+      krt dev up --detach --state-dir /tmp/krt-a --no-install   # a bare localkube
+      krt dev up                                                # foreground, Ctrl-C stops
     """
     state = _resolve(state_dir)
     state.mkdir(parents=True, exist_ok=True)
     pid = _running_pid(state)
     if pid is not None:
-        raise click.UsageError(
-            f"a dev cluster is already running from {state} (pid {pid}); "
-            f"stop it with: krt dev down --state-dir {state}"
-        )
+        if not detach:
+            raise click.UsageError(
+                f"a dev cluster is already running from {state} (pid {pid}); "
+                f"stop it with: krt dev down --state-dir {state}"
+            )
+        click.echo(f"localkube is already running (pid {pid}, state: {state})")
+        ready = _ready_record(state)
+        if ready is None:
+            raise click.ClickException(
+                f"the dev cluster (pid {pid}) has not finished starting; see {state / LOG_FILE}"
+            )
+        _print_access(state, ready["url"], ready["kubeconfig"])
+        if not no_install:
+            _install_or_fail(state, Path(ready["kubeconfig"]), wait_seconds)
+        return
     if detach:
         _up_detached(state, port, images, verbose)
+        if not no_install:
+            ready = _ready_record(state)
+            assert ready is not None  # _up_detached returned: the record was there
+            _install_or_fail(state, Path(ready["kubeconfig"]), wait_seconds)
     else:
-        _up_foreground(state, port, images, verbose)
+        _up_foreground(state, port, images, verbose, None if no_install else wait_seconds)
+
+
+def _ready_record(state: Path) -> dict[str, Any] | None:
+    try:
+        ready = json.loads((state / READY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return ready if isinstance(ready, dict) else None
 
 
 def _print_access(state: Path, url: str, kubeconfig: str) -> None:
@@ -105,7 +168,9 @@ def _print_access(state: Path, url: str, kubeconfig: str) -> None:
     click.echo(f"export KUBECONFIG={kubeconfig}")
 
 
-def _up_foreground(state: Path, port: int, images: Path | None, verbose: bool) -> None:
+def _up_foreground(
+    state: Path, port: int, images: Path | None, verbose: bool, wait_seconds: float | None
+) -> None:
     import logging
 
     import trio
@@ -130,6 +195,13 @@ def _up_foreground(state: Path, port: int, images: Path | None, verbose: bool) -
                 )
                 _print_access(state, handle.apiserver.url, str(handle.apiserver.kubeconfig_path))
                 sys.stdout.flush()
+                if wait_seconds is not None:
+                    nursery.start_soon(
+                        _install_in_foreground,
+                        state,
+                        Path(handle.apiserver.kubeconfig_path),
+                        wait_seconds,
+                    )
                 async for signum in signals:
                     click.echo(f"received {signal.Signals(signum).name}: stopping", err=True)
                     nursery.cancel_scope.cancel()
@@ -148,6 +220,78 @@ def _up_foreground(state: Path, port: int, images: Path | None, verbose: bool) -
     click.echo("localkube stopped", err=True)
 
 
+def _progress(line: str) -> None:
+    click.echo(line)
+    sys.stdout.flush()
+
+
+async def _install(state: Path, kubeconfig: Path, wait_seconds: float) -> None:
+    """Install kruntimes with the admin kubeconfig and wait for it.
+
+    Raises:
+        click.ClickException: the install failed or was not ready within ``wait_seconds``
+            (the message names what and where its logs are).
+    """
+    import trio
+
+    from krt.cli.dev_install import InstallError, ReadinessTracker, install
+    from krt.kube.client import connect
+    from krt.kube.errors import KubeError
+    from localkube.node.layout import pods_dir
+
+    tracker = ReadinessTracker(pods_dir=pods_dir(state))
+    _progress(f"installing kruntimes (waiting up to {wait_seconds:g} s for it to be ready)")
+    try:
+        kube = await connect(kubeconfig=kubeconfig)
+        async with kube:
+            with trio.fail_after(wait_seconds):
+                installed = await install(
+                    kube, state_dir=state, tracker=tracker, progress=_progress
+                )
+    except trio.TooSlowError:
+        raise click.ClickException(
+            f"kruntimes was not ready after {wait_seconds:g} s:\n{tracker.summary()}\n"
+            f"cluster log: {state / LOG_FILE}"
+        ) from None
+    except InstallError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except KubeError as exc:
+        raise click.ClickException(f"cannot install kruntimes: {exc}") from exc
+    env = state / ENV_FILE
+    env.write_text(
+        f"export KUBECONFIG={kubeconfig}\nexport KRT_GATEWAY_URL={installed.gateway_url}\n"
+    )
+    runtimes = ", ".join(f"{name} {count} ready" for name, count in installed.runtimes.items())
+    click.echo(
+        f"Ready: kruntimes is installed (control plane, gateway {installed.gateway_url}, "
+        f"Runtimes in namespace default: {runtimes})"
+    )
+    click.echo(f"export KUBECONFIG={kubeconfig}")
+    click.echo(f"export KRT_GATEWAY_URL={installed.gateway_url}")
+    click.echo(f"(both are in {env}: source it)")
+    sys.stdout.flush()
+
+
+def _install_or_fail(state: Path, kubeconfig: Path, wait_seconds: float) -> None:
+    import trio
+
+    try:
+        trio.run(_install, state, kubeconfig, wait_seconds)
+    except click.ClickException as exc:
+        raise click.ClickException(
+            f"{exc.message}\nthe cluster keeps running for inspection; stop it with: "
+            f"krt dev down --state-dir {state}"
+        ) from exc
+
+
+async def _install_in_foreground(state: Path, kubeconfig: Path, wait_seconds: float) -> None:
+    try:
+        await _install(state, kubeconfig, wait_seconds)
+    except click.ClickException as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        click.echo("the cluster keeps running for inspection; Ctrl-C stops it", err=True)
+
+
 def _api_answers(url: str) -> bool:
     import httpx
 
@@ -162,7 +306,8 @@ def _api_answers(url: str) -> bool:
 def _up_detached(state: Path, port: int, images: Path | None, verbose: bool) -> None:
     (state / READY_FILE).unlink(missing_ok=True)
     argv = [sys.executable, "-m", "krt.cli.main", "dev", "up", "--state-dir", str(state)]
-    argv += ["--port", str(port)]
+    # the child only serves the cluster; this process installs kruntimes as a client
+    argv += ["--port", str(port), "--no-install"]
     if images is not None:
         argv += ["--images", str(images.resolve())]
     if verbose:

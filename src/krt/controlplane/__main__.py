@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import click
 import trio
 
 from krt.controlplane.app import ControlPlaneConfig, default_identity, serve_controlplane
-from krt.kube.client import connect
+from krt.kube.client import DEFAULT_SERVICEACCOUNT_DIR, connect
 
 
 def parse_listen_address(value: str) -> tuple[str, int] | None:
@@ -35,7 +36,13 @@ def parse_listen_address(value: str) -> tuple[str, int] | None:
 
 
 async def _main(kubeconfig: Path | None, context: str | None, config: ControlPlaneConfig) -> None:
-    kube = await connect(kubeconfig=kubeconfig, context=context)
+    # localkube mounts the ServiceAccount under the Pod root and says where (docs/localkube.md)
+    sa_dir = os.environ.get("KRT_SERVICEACCOUNT_DIR")
+    kube = await connect(
+        kubeconfig=kubeconfig,
+        context=context,
+        serviceaccount_dir=Path(sa_dir) if sa_dir else DEFAULT_SERVICEACCOUNT_DIR,
+    )
     async with kube, trio.open_nursery() as nursery:
         if not config.lease_namespace:
             config = dataclasses.replace(config, lease_namespace=kube.namespace)

@@ -126,6 +126,7 @@ async def serve_dataplane(
                 server=local,
                 peers=peers if tls is not None else None,
                 metrics=metrics,
+                clock=clock,
             )
             port = await nursery.start(
                 lambda task_status: serve_grpc(

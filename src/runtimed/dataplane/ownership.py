@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from krt.api.constants import RunConditionType
+from krt.api.durations import parse_duration
 from krt.api.phases import Phase
+from krt.api.times import parse_time
 from krt.controlplane.naming import RUNTIMED_GRPC_PORT, RUNTIMED_GRPC_PORT_NAME
 from krt.kube.informer import EventType, InformerEvent
 
@@ -43,6 +45,9 @@ class RunView:
         ready: phase Ready and condition ``Ready=True``.
         terminating: deletion requested, ``spec.cancelRequested``, or a terminal phase.
         resource_version: ``metadata.resourceVersion`` of the observed object.
+        expires_at: end of the Run's lifetime (``status.startTime`` + ``spec.timeout``) in
+            unix seconds, or ``None`` without a timeout (invocation timeouts are bounded by it,
+            seed 002, Invocation Semantics).
     """
 
     uid: str
@@ -53,6 +58,7 @@ class RunView:
     ready: bool
     terminating: bool
     resource_version: str = ""
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,16 @@ def _condition_true(status: Mapping[str, Any], kind: str) -> bool:
     return False
 
 
+def _expires_at(spec: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:
+    timeout, start = spec.get("timeout"), status.get("startTime")
+    if not isinstance(timeout, str) or not isinstance(start, str):
+        return None
+    try:
+        return parse_time(start).timestamp() + parse_duration(timeout)
+    except ValueError:  # the API server validated both; a bad value just means "unbounded"
+        return None
+
+
 def run_view(obj: Mapping[str, Any], *, runtime: str) -> RunView | None:
     """The :class:`RunView` of a Run object, or ``None`` if it is not a function Run of ``runtime``.
 
@@ -118,6 +134,7 @@ def run_view(obj: Mapping[str, Any], *, runtime: str) -> RunView | None:
         or spec.get("cancelRequested") is True
         or terminal,
         resource_version=str(meta.get("resourceVersion") or ""),
+        expires_at=_expires_at(spec, status),
     )
 
 

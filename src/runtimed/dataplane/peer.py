@@ -27,7 +27,16 @@ from typing import Any, Final
 import anyio.abc
 from anyio.streams.tls import TLSAttribute
 
-__all__ = ["PEER_TLS_FILES", "PeerTLS", "PeerTLSError", "load_peer_tls", "peer_verified"]
+__all__ = [
+    "PEER_TLS_FILES",
+    "PeerTLS",
+    "PeerTLSError",
+    "connection_has_verified_peer",
+    "load_peer_tls",
+    "peer_verified",
+    "reset_peer_verified",
+    "set_peer_verified",
+]
 
 #: The files expected in ``--peer-tls-dir``.
 PEER_TLS_FILES: Final = ("tls.crt", "tls.key", "ca.crt")

@@ -52,6 +52,7 @@ import trio
 from google.protobuf.message import DecodeError
 
 from gateway.grpc_client import ConnectionLostError, GrpcStatusError, Metadata
+from krt.kube.clock import Clock, SystemClock
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
 from runtimed.dataplane.authz import AuthzCache, AuthzUnavailable, Outcome
@@ -235,6 +236,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
             configured (a remote owner is then UNAVAILABLE).
         metrics: the proxy's metrics.
         slots: the in-flight set (a new one when ``None``).
+        clock: wall clock for the Run's lifetime bound (default the system clock).
     """
 
     def __init__(
@@ -248,6 +250,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         peers: Upstream | None,
         metrics: DataplaneMetrics | None = None,
         slots: InvocationSlots | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.identity = identity
         self.cache = cache
@@ -257,6 +260,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         self.peers = peers
         self.metrics = metrics or DataplaneMetrics()
         self.slots = slots or InvocationSlots()
+        self.clock = clock or SystemClock()
         #: The bound Service port, once listening (set by ``serve_dataplane``).
         self.port = 0
 
@@ -307,10 +311,19 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
                 },
             )
             raise purerpc.RpcFailedError(purerpc.Status(reject.code, reject.message)) from None
+        except Exception:
+            code = "INTERNAL"
+            log.exception("invoke failed", extra={**fields, **self._elapsed(started)})
+            raise
         except trio.Cancelled:
-            log.info(
-                "invocation cancelled by the caller", extra={**fields, **self._elapsed(started)}
-            )
+            if trio.current_time() >= deadline:
+                code = "DEADLINE_EXCEEDED"  # the connection handler answers it
+                log.info("invocation deadline passed", extra={**fields, **self._elapsed(started)})
+            else:
+                log.info(
+                    "invocation cancelled by the caller",
+                    extra={**fields, **self._elapsed(started)},
+                )
             raise
         finally:
             route = str(fields.get("route", route))
@@ -417,7 +430,16 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         forward.CopyFrom(message)
         forward.registration.registration_id = decision.registration_id
         remaining = self._remaining(deadline)
+        if decision.run.expires_at is not None:
+            lifetime = decision.run.expires_at - self.clock.now().timestamp()
+            if lifetime <= 0:
+                raise _Reject(
+                    purerpc.StatusCode.FAILED_PRECONDITION,
+                    "the Run's lifetime (spec.timeout) has ended; it is terminating",
+                )
+            remaining = lifetime if remaining is None else min(remaining, lifetime)
         if remaining is not None:
+            # seed 002: timeout_millis is bounded by the Run lifetime and the caller's deadline
             budget = max(1, int(remaining * 1000))
             requested = int(message.timeout_millis)
             forward.timeout_millis = min(requested, budget) if requested > 0 else budget
@@ -480,10 +502,6 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         except GrpcStatusError as exc:
             raise _Reject(_status_code(exc.code), exc.message) from None
         except (ConnectFailed, ConnectionLostError) as exc:
-            log.warning(
-                "owner unreachable",
-                extra={"run_uid": expected.run_uid, "owner_pod_uid": expected.pod_uid},
-            )
             raise _Reject(
                 purerpc.StatusCode.UNAVAILABLE, f"the owner runtimed is unreachable: {exc}"
             ) from None

@@ -76,7 +76,8 @@ def test_unknown_uid_is_not_found_but_unavailable_for_a_hop() -> None:
     assert isinstance(route(run=None), NotFound)
     hop = HopExpectation(UID, 1, "pod-a")
     answer = route(run=None, hop=hop)
-    assert isinstance(answer, Unavailable) and answer.code is UN
+    assert isinstance(answer, Unavailable)
+    assert answer.code is UN
 
 
 def test_uid_mismatch_with_current_object_is_not_found() -> None:
@@ -90,7 +91,8 @@ def test_uid_mismatch_with_current_object_is_not_found() -> None:
 )
 def test_known_but_not_invocable_is_failed_precondition(view: RunView) -> None:
     answer = route(run=view)
-    assert isinstance(answer, Unavailable) and answer.code is FP
+    assert isinstance(answer, Unavailable)
+    assert answer.code is FP
 
 
 @pytest.mark.parametrize(
@@ -107,7 +109,8 @@ def test_local_owner_needs_a_ready_registration_of_the_same_attempt(
     local: Reg | None, code: UnavailableCode
 ) -> None:
     answer = route(local=local)
-    assert isinstance(answer, Unavailable) and answer.code is code
+    assert isinstance(answer, Unavailable)
+    assert answer.code is code
 
 
 def test_remote_owner_gets_one_hop_with_expectations() -> None:
@@ -127,7 +130,8 @@ def test_remote_owner_gets_one_hop_with_expectations() -> None:
 )
 def test_remote_owner_not_routable_is_503(owner: PodView | None, code: UnavailableCode) -> None:
     answer = route(run=run(assigned_pod_uid="pod-b"), owner_pod=owner, local=None)
-    assert isinstance(answer, Unavailable) and answer.code is code
+    assert isinstance(answer, Unavailable)
+    assert answer.code is code
 
 
 @pytest.mark.parametrize(
@@ -144,7 +148,8 @@ def test_owner_rejects_hop_mismatch(
     hop: HopExpectation, view: RunView, code: UnavailableCode
 ) -> None:
     answer = route(run=view, hop=hop, owner_pod=pod("pod-b"))
-    assert isinstance(answer, Unavailable) and answer.code is code, answer
+    assert isinstance(answer, Unavailable), answer
+    assert answer.code is code, answer
 
 
 def test_matching_hop_is_served_locally() -> None:
@@ -232,16 +237,20 @@ def test_never_two_owners_and_stale_caches_answer_503(
         if isinstance(final, Local):
             where = path[-1]
             reg = registries[where]
-            assert reg is not None and reg.registration_id == final.registration_id
+            assert reg is not None
+            assert reg.registration_id == final.registration_id
             # executed only where this Pod's own cache shows it as the owner of that attempt
-            assert final.run.assigned_pod_uid == where and final.run.attempt == reg.attempt
-            assert final.run.ready and not final.run.terminating
+            assert final.run.assigned_pod_uid == where
+            assert final.run.attempt == reg.attempt
+            assert final.run.ready
+            assert not final.run.terminating
             executed.add((where, reg.attempt))
         else:
             assert isinstance(final, Unavailable | NotFound)
             # an unobserved Run is 404 only where nothing was forwarded
             if isinstance(final, NotFound):
-                assert versions[entry] == -1 and len(path) == 1
+                assert versions[entry] == -1
+                assert len(path) == 1
     assert len(executed) <= 1, f"two owners executed: {executed}"
     # a Pod whose cache lags the newest assignment never executes an older attempt there
     newest = history[-1]

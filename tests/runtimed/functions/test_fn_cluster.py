@@ -2,12 +2,15 @@
 Pods running real runtimed sidecars and the real Python Runtime Server, driven only through
 Run objects.
 
-Skipped (with the reason printed) until runtimed's daemon dispatches function Runs to
-:class:`runtimed.functions.lifecycle.FunctionLifecycle`.
+Until runtimed's daemon itself dispatches function Runs to
+:class:`runtimed.functions.lifecycle.FunctionLifecycle`, the Runtime Pods' runtimed image is
+``runtimed_with_functions.py`` (the real runtimed command with the lifecycle wired next to
+the daemon), through a localkube images overlay.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,11 @@ from krt.kube.resources import PODS, RUNS, RUNTIMES
 
 DAEMON = Path(__file__).resolve().parents[3] / "src" / "runtimed" / "daemon.py"
 WIRED = "FunctionLifecycle" in DAEMON.read_text()
+WRAPPER = Path(__file__).resolve().with_name("runtimed_with_functions.py")
+#: the runtimed image: as installed once the daemon is wired, else the test wrapper
+IMAGES = None if WIRED else {"kruntimes/runtimed": {"entrypoint": [sys.executable, str(WRAPPER)]}}
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not WIRED, reason="runtimed.daemon does not run the function lifecycle yet"),
-]
+pytestmark = pytest.mark.slow
 
 HANDLER = "def invoke(request):\n    return {'echo': request}\n"
 
@@ -45,7 +48,7 @@ def function_run(name: str, **spec: Any) -> dict[str, Any]:
 
 
 async def test_ready_capacity_cancel_and_delete(tmp_path: Path) -> None:
-    async with running_cluster(tmp_path / "state") as cluster:
+    async with running_cluster(tmp_path / "state", images=IMAGES) as cluster:
         kube = cluster.kube
         await kube.create(RUNTIMES, runtime_manifest("python", kind="python", runs=1))
         (pod,) = await wait_runtime_ready(kube, "python", 1)
@@ -86,7 +89,7 @@ async def test_ready_capacity_cancel_and_delete(tmp_path: Path) -> None:
 
 
 async def test_pod_loss_re_registers_elsewhere_with_attempt_2(tmp_path: Path) -> None:
-    async with running_cluster(tmp_path / "state") as cluster:
+    async with running_cluster(tmp_path / "state", images=IMAGES) as cluster:
         kube = cluster.kube
         await kube.create(RUNTIMES, runtime_manifest("python", kind="python", replicas=2, runs=2))
         await wait_runtime_ready(kube, "python", 2)

@@ -1,0 +1,190 @@
+"""Idempotent apply of the manifests ``krt dev up`` installs (create, or update what differs).
+
+The manifest set lives in :mod:`krt.cli.dev_manifests`: the two charts rendered by Helm's own
+engine with their ``values-localkube.yaml`` (``tests/quickstart/render_dev_manifests.py``
+writes them; its ``--check`` fails the tests when a chart changed without a re-render).
+Shipping rendered manifests instead of rendering at run time keeps Helm's engine (a ~240 MB
+native library, an alpha API) out of the ``krt`` install, and works from a wheel that has no
+``charts/`` folder; faithfulness to the charts is the drift test's job.
+
+Apply is the part of ``kubectl apply`` a fresh or re-run install needs: create an object
+that is missing; when it exists, leave it alone if every field the manifest sets already
+has that value (:func:`is_applied`: server defaults are extra fields, not differences),
+else replace it with the manifest (keeping ``resourceVersion``, so a concurrent writer gets
+409). Re-running ``krt dev up`` therefore changes nothing and restarts no Pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, Final, Literal
+
+import yaml
+
+from krt.kube.client import Kube
+from krt.kube.errors import AlreadyExists, NotFound
+from krt.kube.resources import (
+    DEPLOYMENTS,
+    NAMESPACES,
+    ROLEBINDINGS,
+    ROLES,
+    RUNTIMES,
+    SERVICEACCOUNTS,
+    SERVICES,
+    ResourceRef,
+)
+
+__all__ = [
+    "KIND_REFS",
+    "ApplyResult",
+    "apply",
+    "is_applied",
+    "load_manifests",
+    "ref_for",
+]
+
+Obj = dict[str, Any]
+ApplyResult = Literal["created", "configured", "unchanged"]
+
+#: REST collections of every kind the manifest set holds (and the Secrets we add).
+KIND_REFS: Final[dict[str, ResourceRef]] = {
+    "Namespace": NAMESPACES,
+    "ServiceAccount": SERVICEACCOUNTS,
+    "Service": SERVICES,
+    "Deployment": DEPLOYMENTS,
+    "Role": ROLES,
+    "RoleBinding": ROLEBINDINGS,
+    "ClusterRole": ResourceRef(
+        "rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole"
+    ),
+    "ClusterRoleBinding": ResourceRef(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", False, "ClusterRoleBinding"
+    ),
+    "Runtime": RUNTIMES,
+    "Secret": ResourceRef("", "v1", "secrets", True, "Secret"),
+    "CustomResourceDefinition": ResourceRef(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
+    ),
+}
+
+#: Fields the API server owns: never compared, never sent back.
+_SERVER_FIELDS: Final = ("status",)
+_SERVER_METADATA: Final = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+)
+
+
+def load_manifests(name: Literal["crds", "kruntimes", "runtimes"]) -> list[Obj]:
+    """The documents of one file of the shipped manifest set (``dev_manifests/<name>.yaml``).
+
+    Raises:
+        ValueError: a document is not a mapping with ``kind`` and ``metadata.name``.
+    """
+    text = resources.files("krt.cli.dev_manifests").joinpath(f"{name}.yaml").read_text()
+    docs: list[Obj] = []
+    for index, doc in enumerate(yaml.safe_load_all(text)):
+        if doc is None:
+            continue
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("kind"), str)
+            or not isinstance((doc.get("metadata") or {}).get("name"), str)
+        ):
+            raise ValueError(f"{name}.yaml document {index}: not a manifest with kind and name")
+        docs.append(doc)
+    return docs
+
+
+def ref_for(doc: Mapping[str, Any]) -> ResourceRef:
+    """The REST collection of a manifest.
+
+    Raises:
+        ValueError: a kind the install does not handle (names it).
+    """
+    kind = doc.get("kind")
+    ref = KIND_REFS.get(str(kind))
+    if ref is None:
+        raise ValueError(f"cannot apply kind {kind!r}: known kinds are {sorted(KIND_REFS)}")
+    return ref
+
+
+def is_applied(desired: Any, live: Any) -> bool:
+    """Whether ``live`` already holds every value ``desired`` sets.
+
+    Mappings: each key of ``desired`` must be in ``live`` with an applied value (extra keys
+    in ``live`` are server defaults and do not count). Lists: the same length, element by
+    element. Anything else: equal. Server-owned fields (``status``, ``metadata.uid``, ...)
+    in ``desired`` are ignored.
+    """
+    if isinstance(desired, Mapping):
+        if not isinstance(live, Mapping):
+            return False
+        return all(k in live and is_applied(v, live[k]) for k, v in desired.items())
+    if isinstance(desired, list):
+        return (
+            isinstance(live, list)
+            and len(live) == len(desired)
+            and all(is_applied(d, v) for d, v in zip(desired, live, strict=True))
+        )
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return desired is live
+    return bool(desired == live)
+
+
+def _intent(doc: Mapping[str, Any]) -> Obj:
+    out = {k: copy.deepcopy(v) for k, v in doc.items() if k not in _SERVER_FIELDS}
+    meta = dict(out.get("metadata") or {})
+    for key in _SERVER_METADATA:
+        meta.pop(key, None)
+    out["metadata"] = meta
+    return out
+
+
+async def apply(kube: Kube, doc: Mapping[str, Any]) -> ApplyResult:
+    """Create ``doc``, or bring the live object to it; see the module docstring.
+
+    Args:
+        kube: a client allowed to write the object.
+        doc: the manifest (``kind``, ``metadata.name``, ``metadata.namespace`` when
+            namespaced).
+
+    Returns:
+        ``"created"``, ``"configured"`` (replaced) or ``"unchanged"``.
+
+    Raises:
+        ValueError: an unknown kind, or a namespaced manifest without a namespace.
+        krt.kube.errors.ApiError: the API server refused (e.g. Invalid, Forbidden, or a
+            Conflict when someone else changed the object meanwhile).
+    """
+    ref = ref_for(doc)
+    intent = _intent(doc)
+    name = intent["metadata"]["name"]
+    namespace = intent["metadata"].get("namespace")
+    if ref.namespaced and not namespace:
+        raise ValueError(f"{ref.kind} {name}: metadata.namespace is required")
+    try:
+        live = await kube.get(ref, name, namespace if ref.namespaced else None)
+    except NotFound:
+        try:
+            await kube.create(ref, intent)
+            return "created"
+        except AlreadyExists:  # created meanwhile: compare with that one below
+            live = await kube.get(ref, name, namespace if ref.namespaced else None)
+    if is_applied(intent, live):
+        return "unchanged"
+    replacement = copy.deepcopy(intent)
+    replacement["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+    if ref.kind == "Service":  # the allocated ClusterIP is immutable: keep it
+        live_spec, spec = live.get("spec") or {}, replacement.setdefault("spec", {})
+        for key in ("clusterIP", "clusterIPs"):
+            if key in live_spec and key not in spec:
+                spec[key] = live_spec[key]
+    await kube.replace(ref, replacement)
+    return "configured"

@@ -1,0 +1,205 @@
+"""TLS material of a dev cluster's kruntimes install: the gateway CA and the peer mTLS pair.
+
+Seed 000 (Runtime Gateway) leaves certificate issuance to the installation: "a user-managed
+Secret or optional cert-manager". ``krt dev up`` is that installation on localkube, so it
+generates, per state directory, two private CAs with trustme (already a dependency):
+
+* **gateway CA** (``<state>/kruntimes/gateway-ca/``): signs the serving certificate of the
+  shared ``runtime-gateway`` Service, for its DNS names and its ClusterIP. Clients trust it
+  through ``status.endpoint.caBundle``; it signs nothing else, so trusting it never means
+  trusting the API server (localkube's own CA stays separate).
+* **peer CA** (``<state>/kruntimes/peer-ca/``): signs the one certificate every runtimed and
+  the gateway share for peer mTLS (``runtimed.dataplane.peer``: the dedicated CA is the
+  identity, host names are not checked on the peer hop).
+
+Every file is kept, so a re-run (or a restarted cluster) keeps the same CAs and the
+caBundles published before stay valid. A leaf is re-issued only when its names change (the
+ClusterIP of a re-created Service, for example) or it no longer chains to its CA. Files are
+written with mode 0600, key before certificate. Blocking file I/O: call before or outside
+the event loop (``trio.to_thread.run_sync``).
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import trustme
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+
+__all__ = [
+    "GATEWAY_SERVICE",
+    "PEER_IDENTITY",
+    "TlsPair",
+    "gateway_hosts",
+    "gateway_tls",
+    "peer_tls",
+    "tls_secret",
+]
+
+#: The gateway Service's name (fixed by the chart: every endpoint URL names it).
+GATEWAY_SERVICE: Final = "runtime-gateway"
+#: The DNS name in the shared peer certificate (informational: peers verify the CA only).
+PEER_IDENTITY: Final = "runtimed.kruntimes.peer"
+
+
+@dataclass(frozen=True)
+class TlsPair:
+    """A leaf certificate with its key and the CA that signed it (PEM bytes).
+
+    Attributes:
+        cert: the leaf certificate followed by its chain.
+        key: the leaf's private key (PKCS#8).
+        ca: the signing CA's certificate.
+    """
+
+    cert: bytes
+    key: bytes
+    ca: bytes
+
+
+def gateway_hosts(namespace: str, cluster_ip: str | None) -> list[str]:
+    """Names the gateway's serving certificate covers.
+
+    Args:
+        namespace: the gateway's namespace (the release namespace).
+        cluster_ip: the ``runtime-gateway`` Service's ClusterIP, or None.
+
+    Returns:
+        ``runtime-gateway.<ns>.svc.cluster.local``, ``.svc``, ``runtime-gateway.<ns>`` and the
+        ClusterIP (what ``krt invoke --gateway-url`` dials on localkube).
+    """
+    base = f"{GATEWAY_SERVICE}.{namespace}"
+    hosts = [f"{base}.svc.cluster.local", f"{base}.svc", base]
+    if cluster_ip:
+        hosts.append(str(ipaddress.ip_address(cluster_ip)))
+    return hosts
+
+
+def gateway_tls(state_dir: Path, hosts: list[str]) -> TlsPair:
+    """The gateway's serving certificate for ``hosts``, from the dev cluster's gateway CA.
+
+    Args:
+        state_dir: the dev cluster's state directory.
+        hosts: DNS names and IP addresses (see :func:`gateway_hosts`); at least one.
+
+    Raises:
+        ValueError: no hosts, or one that is neither a DNS name nor an IP address.
+        OSError: the files cannot be read or written.
+    """
+    return _pair(state_dir / "kruntimes", "gateway", hosts)
+
+
+def peer_tls(state_dir: Path) -> TlsPair:
+    """The shared runtimed/gateway peer mTLS certificate, from the dev cluster's peer CA.
+
+    Raises:
+        OSError: the files cannot be read or written.
+    """
+    return _pair(state_dir / "kruntimes", "peer", [PEER_IDENTITY])
+
+
+def tls_secret(name: str, namespace: str, pair: TlsPair) -> dict[str, Any]:
+    """A ``kubernetes.io/tls`` Secret holding ``tls.crt``, ``tls.key`` and ``ca.crt``."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode("ascii")
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "kruntimes", "kruntimes.io/dev": "true"},
+        },
+        "data": {"tls.crt": b64(pair.cert), "tls.key": b64(pair.key), "ca.crt": b64(pair.ca)},
+    }
+
+
+def _pair(root: Path, name: str, hosts: list[str]) -> TlsPair:
+    if not hosts:
+        raise ValueError(f"{name} certificate: at least one DNS name or IP address is required")
+    for host in hosts:
+        _check_host(host)
+    ca_dir, leaf_dir = root / f"{name}-ca", root / f"{name}-tls"
+    ca = _load_or_create_ca(ca_dir, f"kruntimes dev {name} CA")
+    ca_pem = ca.cert_pem.bytes()
+    cert_file, key_file = leaf_dir / "tls.crt", leaf_dir / "tls.key"
+    if cert_file.exists() and key_file.exists():
+        cert, key = cert_file.read_bytes(), key_file.read_bytes()
+        if _leaf_matches(cert, ca_pem, hosts):
+            return TlsPair(cert=cert, key=key, ca=ca_pem)
+    leaf = ca.issue_cert(*hosts, organization_name="kruntimes dev")
+    key = leaf.private_key_pem.bytes()
+    cert = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
+    leaf_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write_private(key_file, key)
+    _write_private(cert_file, cert)
+    return TlsPair(cert=cert, key=key, ca=ca_pem)
+
+
+def _check_host(host: str) -> None:
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    labels = host.split(".")
+    if not host or len(host) > 253 or not all(_dns_label(label) for label in labels):
+        raise ValueError(f"certificate host {host!r} is neither an IP address nor a DNS name")
+
+
+def _dns_label(label: str) -> bool:
+    return (
+        0 < len(label) <= 63
+        and label[0].isalnum()
+        and label[-1].isalnum()
+        and all(c.isalnum() or c == "-" for c in label)
+        and label.isascii()
+    )
+
+
+def _load_or_create_ca(directory: Path, name: str) -> trustme.CA:
+    cert_file, key_file = directory / "ca.crt", directory / "ca.key"
+    if cert_file.exists() and key_file.exists():
+        return trustme.CA.from_pem(cert_file.read_bytes(), key_file.read_bytes())
+    ca = trustme.CA(organization_name="kruntimes dev", organization_unit_name=name)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _write_private(key_file, ca.private_key_pem.bytes())
+    _write_private(cert_file, ca.cert_pem.bytes())
+    return ca
+
+
+def _leaf_matches(cert_pem: bytes, ca_pem: bytes, hosts: list[str]) -> bool:
+    """Whether the leaf covers exactly ``hosts`` and is signed by the CA."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        ca = x509.load_pem_x509_certificate(ca_pem)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return False
+    names = {str(n) for n in san.get_values_for_type(x509.DNSName)}
+    names |= {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
+    if names != set(hosts):
+        return False
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically with mode 0600."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
