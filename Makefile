@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check protos crds bench clean images docs e2e
+.PHONY: quickstart dev-manifests demo test lint typecheck check protos crds bench clean images docs e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +12,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)  ## run the demo of what exists today
+quickstart: $(STAMP)  ## local cluster with kruntimes, a task Run, the KRM and Bash functions (README)
+	$(BIN)/python examples/quickstart.py
+
+dev-manifests: $(STAMP)  ## re-render src/krt/cli/dev_manifests from charts/ (what `krt dev up` installs)
+	$(BIN)/python tests/quickstart/render_dev_manifests.py
+
+demo: $(STAMP)  ## Runtime Servers only, no cluster: register and invoke the examples over gRPC
 	$(BIN)/python examples/demo.py
 
 test: $(STAMP)  ## the whole test suite

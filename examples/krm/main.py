@@ -66,7 +66,9 @@ POD_TEMPLATES = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -92,8 +94,12 @@ def read_config(function_config):
         namespace = spec.get("namespace")
         labels = spec.get("labels") or {}
     else:
-        raise ValueError(f"functionConfig kind {kind!r} is not supported: use SetMetadata or ConfigMap")
-    if namespace is not None and (not isinstance(namespace, str) or not _DNS_LABEL.match(namespace)):
+        raise ValueError(
+            f"functionConfig kind {kind!r} is not supported: use SetMetadata or ConfigMap"
+        )
+    if namespace is not None and (
+        not isinstance(namespace, str) or not _DNS_LABEL.match(namespace)
+    ):
         raise ValueError(f"functionConfig namespace {namespace!r} is not a valid namespace name")
     if not isinstance(labels, dict):
         raise ValueError("functionConfig labels must be a map of strings")
@@ -171,40 +177,68 @@ def _validate(item, index):
         if not item.get(field):
             found.append(_result("error", f"items[{index}] has no {field}", item, field))
     if not name:
-        found.append(_result("error", f"items[{index}] ({kind}) has no metadata.name", item, "metadata.name"))
+        found.append(
+            _result("error", f"items[{index}] ({kind}) has no metadata.name", item, "metadata.name")
+        )
     template_path = POD_TEMPLATES.get(kind)
     if template_path is not None:
-        if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet") and not _dig(item, ("spec", "selector")):
-            found.append(_result("error", f"{kind} {name} has no spec.selector", item, "spec.selector"))
+        if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet") and not _dig(
+            item, ("spec", "selector")
+        ):
+            found.append(_result("error", "no spec.selector", item, "spec.selector"))
         base = ".".join(template_path) + ".spec"
         containers = _dig(item, (*template_path, "spec", "containers"))
         if not containers:
-            found.append(_result("error", f"{kind} {name} has no containers", item, f"{base}.containers"))
+            found.append(
+                _result("error", "no containers in the Pod template", item, f"{base}.containers")
+            )
         for i, container in enumerate(containers or []):
             where = f"{base}.containers[{i}]"
             cname = container.get("name")
             if not cname:
-                found.append(_result("error", f"{kind} {name}: container {i} has no name", item, f"{where}.name"))
+                found.append(_result("error", f"container {i} has no name", item, f"{where}.name"))
             image = container.get("image")
             if not image:
-                found.append(_result("error", f"{kind} {name}: container {cname or i} has no image", item, f"{where}.image"))
+                found.append(
+                    _result("error", f"container {cname or i} has no image", item, f"{where}.image")
+                )
             else:
                 last = image.rsplit("/", 1)[-1]
                 if "@" not in last and (":" not in last or last.endswith(":latest")):
-                    found.append(_result("warning", f"{kind} {name}: image {image} is not pinned to a version", item, f"{where}.image"))
+                    found.append(
+                        _result(
+                            "warning",
+                            f"image {image} is not pinned to a version",
+                            item,
+                            f"{where}.image",
+                        )
+                    )
             if not _dig(container, ("resources", "requests")):
-                found.append(_result("warning", f"{kind} {name}: container {cname or i} sets no resource requests", item, f"{where}.resources.requests"))
+                found.append(
+                    _result(
+                        "warning",
+                        f"container {cname or i} sets no resource requests",
+                        item,
+                        f"{where}.resources.requests",
+                    )
+                )
     elif kind == "Service":
         spec = item.get("spec") or {}
         if spec.get("type") != "ExternalName" and not spec.get("ports"):
-            found.append(_result("error", f"Service {name} has no spec.ports", item, "spec.ports"))
+            found.append(_result("error", "a Service needs spec.ports", item, "spec.ports"))
         for i, port in enumerate(spec.get("ports") or []):
             if "port" not in port:
-                found.append(_result("error", f"Service {name}: ports[{i}] has no port", item, f"spec.ports[{i}].port"))
+                found.append(
+                    _result(
+                        "error", f"ports[{i}] has no port number", item, f"spec.ports[{i}].port"
+                    )
+                )
     elif kind == "Ingress":
         spec = item.get("spec") or {}
         if not spec.get("rules") and not spec.get("defaultBackend"):
-            found.append(_result("error", f"Ingress {name} has neither rules nor a defaultBackend", item, "spec.rules"))
+            found.append(
+                _result("error", "an Ingress needs rules or a defaultBackend", item, "spec.rules")
+            )
     return found
 
 

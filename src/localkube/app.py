@@ -13,7 +13,6 @@ and answered 500.
 
 from __future__ import annotations
 
-import json
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -26,6 +25,7 @@ import trio
 from localkube import (
     discovery,
     handlers,
+    jsonbody,
     openapi,
     protobuf_bodies,
     storage,
@@ -553,8 +553,8 @@ class ApiApp:
 
 def _decode(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return jsonbody.loads(raw)
+    except ValueError as exc:
         raise ApiError(
             400, "BadRequest", f"the body of the request could not be decoded as JSON: {exc}"
         ) from None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from localkube import conversion, objects, patching, storage
+from localkube import conversion, jsonbody, objects, patching, storage
 from localkube.admission import Admission
 from localkube.deletion import DeleteOptions, Deleter
 from localkube.errors import ApiError
@@ -460,7 +460,7 @@ class Handlers:
                 f"the body of the request was in an unknown format - accepted media types include: {', '.join(supported)}",
             )
         try:
-            patch_doc = json.loads(body)
+            patch_doc = jsonbody.loads(body)
         except ValueError as exc:
             raise ApiError(400, "BadRequest", f"error decoding patch: {exc}") from None
         old = self.require(rt, namespace, name)

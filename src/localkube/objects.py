@@ -18,6 +18,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from localkube import label_rules
 from localkube.errors import ApiError, FieldError, invalid
 from localkube.resources import ResourceType
 
@@ -109,7 +110,9 @@ def _check_string_map(meta: dict[str, Any], field: str) -> list[FieldError]:
                 "Invalid value: must be a map of string to string",
             )
         ]
-    return []
+    if field == "labels":
+        return label_rules.label_errors(value)
+    return label_rules.annotation_errors(value)
 
 
 def check_body_identity(

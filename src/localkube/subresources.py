@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from localkube import patching, storage
+from localkube import jsonbody, patching, storage
 from localkube.auth.token_request import token_request
 from localkube.auth.tokens import TokenAuthority
 from localkube.auth.types import UserInfo
@@ -301,7 +301,7 @@ class Subresources:
             ApiError: 400 bad patch, 404, 415, 422.
         """
         try:
-            doc = json.loads(raw)
+            doc = jsonbody.loads(raw)
         except ValueError as exc:
             raise ApiError(400, "BadRequest", f"error decoding patch: {exc}") from None
         current = self._scale(route)

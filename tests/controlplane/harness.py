@@ -25,7 +25,7 @@ import yaml
 from krt.api.constants import RUNTIME_LABEL, RUNTIMED_READY_POD_CONDITION
 from krt.controlplane.app import ControlPlane, ControlPlaneConfig, serve_controlplane
 from krt.kube.client import Kube
-from krt.kube.clock import SystemClock
+from krt.kube.clock import SystemClock, format_time
 from krt.kube.errors import NotFound
 from krt.kube.heartbeat import run_heartbeat
 from krt.kube.informer import EventType, Informer, InformerEvent
@@ -156,20 +156,52 @@ class HeartbeatDouble:
 
     async def _beat(self, pod_name: str, uid: str, scope: trio.CancelScope) -> None:
         with scope:
-            await patch_pod_condition(
-                self._kube,
-                self._namespace,
-                pod_name,
-                {"type": RUNTIMED_READY_POD_CONDITION, "status": "True", "reason": "Healthy"},
-            )
-            await run_heartbeat(
-                self._kube,
-                namespace=self._namespace,
-                pod_name=pod_name,
-                pod_uid=uid,
-                clock=SystemClock(),
-                period=5.0,
-            )
+            await self._set_gate(pod_name)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._nudge_readiness, pod_name)
+                await run_heartbeat(
+                    self._kube,
+                    namespace=self._namespace,
+                    pod_name=pod_name,
+                    pod_uid=uid,
+                    clock=SystemClock(),
+                    period=5.0,
+                )
+
+    async def _set_gate(self, pod_name: str) -> None:
+        await patch_pod_condition(
+            self._kube,
+            self._namespace,
+            pod_name,
+            {
+                "type": RUNTIMED_READY_POD_CONDITION,
+                "status": "True",
+                "reason": "Healthy",
+                "lastProbeTime": format_time(SystemClock().now()),
+            },
+        )
+
+    async def _nudge_readiness(self, pod_name: str) -> None:
+        """Re-assert the gate while the node shows the Pod not Ready despite it.
+
+        Works around a localkube node race (reported): the kubelet can keep a stale copy of
+        the Pod from its own status write and miss the gate condition set meanwhile, leaving
+        ``Ready=False`` with ``ReadinessGatesNotReady`` until the Pod changes again. A new
+        ``lastProbeTime`` is such a change.
+        """
+        while True:
+            await trio.sleep(1.0)
+            pod = self.informer.get(self._namespace, pod_name)
+            conditions = {
+                c.get("type"): c.get("status")
+                for c in ((pod or {}).get("status") or {}).get("conditions") or []
+            }
+            if (
+                conditions.get("ContainersReady") == "True"
+                and conditions.get(RUNTIMED_READY_POD_CONDITION) == "True"
+                and conditions.get("Ready") != "True"
+            ):
+                await self._set_gate(pod_name)
 
     def stop(self, pod_uid: str) -> None:
         """Stop one Pod's heartbeat for good (its runtimed died)."""

@@ -80,7 +80,7 @@ async def test_runs_succeed_on_real_runtimed_within_capacity(kube: Kube) -> None
         await wait_for(all_succeeded, seconds=60)
         runtime = await kube.get(RUNTIMES, "python", NS)
         assert runtime["status"]["readyReplicas"] == 1
-        assert plane.scheduler.bound == 4
+        await wait_for(lambda: plane.scheduler.bound == 4)
 
 
 async def test_pod_loss_with_real_runtimed_retries_on_the_replacement_pod(kube: Kube) -> None:

@@ -20,7 +20,7 @@ from krt.kube.client import Kube, Obj
 from krt.kube.clock import SystemClock
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.informer import EventType, Informer, InformerEvent
-from krt.kube.resources import EVENTS, PODS, RUNS, RUNTIMES
+from krt.kube.resources import EVENTS, LEASES, PODS, RUNS, RUNTIMES
 from krt.kube.status import write_status
 
 from .harness import (
@@ -120,7 +120,17 @@ async def _pool(kube: Kube, *, replicas: int, runs: int) -> None:
         runtime = await kube.get(RUNTIMES, "python", NS)
         return int((runtime.get("status") or {}).get("readyReplicas") or 0) == replicas
 
-    await wait_for(ready, seconds=20)
+    try:
+        await wait_for(ready, seconds=30)
+    except trio.TooSlowError:  # say why: which Pod is not ready, whose heartbeat is missing
+        pods, _ = await kube.list(PODS, NS)
+        leases, _ = await kube.list(LEASES, NS)
+        runtime = await kube.get(RUNTIMES, "python", NS)
+        raise AssertionError(
+            f"pool not ready: runtime status {runtime.get('status')}; pods "
+            + str([(p["metadata"]["name"], p.get("status", {}).get("conditions")) for p in pods])
+            + f"; leases {[(x['metadata']['name'], x.get('spec')) for x in leases]}"
+        ) from None
 
 
 async def _create_runs(kube: Kube, count: int, **kwargs: Any) -> None:
@@ -153,7 +163,7 @@ async def test_fifty_runs_on_capacity_eight_never_exceed_it(
         assert len(watch.binds) == 50
         assert all(len(assignments) == 1 for assignments in watch.binds.values())
         assert all(attempt == 1 for s in watch.binds.values() for attempt, _ in s)
-        assert plane.scheduler.bound == 50
+        await wait_for(lambda: plane.scheduler.bound == 50)
         # capacity release -> next bind (measured, printed; not a timed assertion)
         gaps = []
         for released in watch.released_at:

@@ -28,6 +28,8 @@ async def _race(
             await _pool(kube, replicas=2, runs=runs)
             await _create_runs(kube, runs)
             await wait_for(lambda: watch.phases()[Phase.SCHEDULED] == runs, seconds=120)
+            # a bind's watch event can arrive before its PUT response is processed
+            await wait_for(lambda: first.scheduler.bound + second.scheduler.bound >= runs)
             await trio.sleep(0.5)  # let any late (losing) bind land, if one could
             return first, second, watch
 
@@ -108,7 +110,10 @@ async def test_with_leader_election_only_the_leader_acts_and_a_successor_takes_o
             await _pool(kube, replicas=1, runs=30)
             await _create_runs(kube, 20)
             await wait_for(lambda: watch.phases()[Phase.SCHEDULED] == 20, seconds=30)
-            assert started["a"].scheduler.bound + started["b"].scheduler.bound == 20
+            # a bind's watch event can arrive before its PUT response is processed
+            await wait_for(
+                lambda: started["a"].scheduler.bound + started["b"].scheduler.bound == 20
+            )
             await wait_for(lambda: len(leaders()) == 1)
             leader = leaders()[0]
             follower = "b" if leader == "a" else "a"
@@ -117,7 +122,7 @@ async def test_with_leader_election_only_the_leader_acts_and_a_successor_takes_o
             await wait_for(lambda: leaders() == [follower], seconds=10)
             await kube.create(RUNS, run_manifest("after-failover"))
             await wait_for(lambda: watch.phases()[Phase.SCHEDULED] == 21, seconds=10)
-            assert started[follower].scheduler.bound == before + 1
+            await wait_for(lambda: started[follower].scheduler.bound == before + 1)
             assert all(len(assignments) == 1 for assignments in watch.binds.values())
             assert overlaps == 0
             planes.cancel_scope.cancel()

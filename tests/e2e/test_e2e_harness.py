@@ -185,3 +185,20 @@ def test_install_values_are_real_chart_values() -> None:
         assert runtime["spec"]["daemonImage"].endswith(":e2e")
         containers = runtime["spec"]["template"]["spec"]["containers"]
         assert all(c["image"].endswith(":e2e") for c in containers)
+
+
+def test_the_example_inputs_the_e2e_flows_use_exist() -> None:
+    """The e2e flows invoke the repository's examples: a rename must fail here, not on kind."""
+    from . import test_e2e_kind as flows
+
+    for path in (
+        flows.KRM_FILE,
+        flows.KRM_INPUT,
+        flows.GREET_FILE,
+        flows.QUICKSTART_KRM_FILE,
+        flows.QUICKSTART_KRM_INPUT,
+    ):
+        assert path.is_file(), f"{path} is missing"
+    assert "def invoke(" in flows.QUICKSTART_KRM_FILE.read_text()
+    assert "def set_labels(" in flows.KRM_FILE.read_text()
+    assert "hello()" in flows.GREET_FILE.read_text()

@@ -43,6 +43,15 @@ EXAMPLES = REPO / "examples"
 KRM_FILE = EXAMPLES / "python" / "krm_labels.py"
 KRM_INPUT = EXAMPLES / "python" / "resource_list.json"
 GREET_FILE = EXAMPLES / "bash" / "greet.sh"
+#: The quick start's KRM function (seed 004 interface) and its multi-document input.
+QUICKSTART_KRM_FILE = EXAMPLES / "krm" / "main.py"
+QUICKSTART_KRM_INPUT = EXAMPLES / "krm" / "resource-list.json"
+CLUSTER_SCOPED_KINDS = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+}
 
 SLOW_FUNCTION = """\
 import time
@@ -195,34 +204,34 @@ def test_missing_runtime_is_refused_before_anything_is_created(kind_cluster: Kin
 def test_krm_function_is_invoked_repeatedly_on_real_input(
     kind_cluster: KindCluster, gateway_url: str, gateway_ca_file: Path
 ) -> None:
+    """The quick start's function: examples/krm/main.py on examples/krm/resource-list.json."""
     run = create_function(
-        kind_cluster, "e2e-krm", "krm_labels.set_labels", KRM_FILE, "--idle-timeout", "10m"
+        kind_cluster, "e2e-krm", "main.invoke", QUICKSTART_KRM_FILE, "--idle-timeout", "10m"
     )
     assert run["status"]["phase"] == "Ready"
     env = invoke_env(gateway_url, gateway_ca_file, run)
-    expected_labels = json.loads(KRM_INPUT.read_text())["functionConfig"]["data"]
+    request = json.loads(QUICKSTART_KRM_INPUT.read_text())
+    config = request["functionConfig"]["spec"]
     for i in range(3):
         result = krt(
-            kind_cluster,
-            "invoke",
-            "e2e-krm",
-            "-d",
-            f"@{KRM_INPUT}",
-            "--invocation-id",
-            f"e2e-{i}",
-            env=env,
-        )
+            kind_cluster, "invoke", "e2e-krm", "-d", f"@{QUICKSTART_KRM_INPUT}",
+            "--invocation-id", f"e2e-{i}", env=env,
+        )  # fmt: skip
         assert result.returncode == 0, result.stderr
         output = json.loads(result.stdout)
         assert output["kind"] == "ResourceList"
+        assert len(output["items"]) == len(request["items"])
         for item in output["items"]:
-            assert expected_labels.items() <= item["metadata"]["labels"].items()
+            assert config["labels"].items() <= item["metadata"]["labels"].items(), item
+            if item["kind"] not in CLUSTER_SCOPED_KINDS:
+                assert item["metadata"]["namespace"] == config["namespace"], item
+        assert output["results"][0]["severity"] == "info"
         assert f"invocation e2e-{i}" in result.stderr
         assert "latency" in result.stderr
     # invocations leave no trace in Run.status (seed 000)
     after = get_run(kind_cluster, "e2e-krm")
     assert after["status"]["phase"] == "Ready"
-    assert "payments" not in json.dumps(after["status"])
+    assert config["namespace"] not in json.dumps(after["status"])
 
 
 def test_function_endpoint_publishes_the_gateway_ca(

@@ -57,7 +57,9 @@ def render_chart(chart: Path, values: Mapping[str, Any], *, namespace: str) -> s
     import helm_python
 
     with helm_python.Chart.load(str(chart)) as loaded:
-        files = dict(loaded.render(dict(values), name=RELEASE, namespace=namespace, is_install=True))
+        files = dict(
+            loaded.render(dict(values), name=RELEASE, namespace=namespace, is_install=True)
+        )
     docs: list[str] = []
     for path, text in sorted(files.items()):
         if path.endswith("NOTES.txt"):

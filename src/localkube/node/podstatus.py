@@ -106,14 +106,31 @@ class ContainerObservation:
         return out
 
 
-def phase(observations: list[ContainerObservation]) -> str:
-    """Return the Pod phase for its containers' observations."""
+def phase(
+    observations: list[ContainerObservation], *, restart_policy: str, final: bool = False
+) -> str:
+    """Return the Pod phase for its containers' observations (kubelet ``getPhase``).
+
+    Args:
+        observations: one per container.
+        restart_policy: the Pod's ``restartPolicy`` (Always, OnFailure, Never).
+        final: the containers were stopped for good (Pod deletion): no restart follows.
+
+    Failed and Succeeded are terminal, so they are reported only when no container will
+    run again: with ``Always`` a Pod whose containers all exited is still Running (they
+    restart); with ``OnFailure`` it is Succeeded once all exited 0 and Running otherwise.
+    """
     if not observations:
         return "Pending"
     if any(o.state == "waiting" and not o.ever_started for o in observations):
         return "Pending"
     if all(o.state == "terminated" for o in observations):
-        return "Succeeded" if all(o.exit_code == 0 for o in observations) else "Failed"
+        succeeded = all(o.exit_code == 0 for o in observations)
+        if final or restart_policy == "Never":
+            return "Succeeded" if succeeded else "Failed"
+        if restart_policy == "OnFailure" and succeeded:
+            return "Succeeded"
+        return "Running"
     return "Running"
 
 
@@ -156,6 +173,7 @@ def pod_status(
     now: float,
     pending_reason: str = "",
     pending_message: str = "",
+    final: bool = False,
 ) -> dict[str, Any]:
     """Return the Pod's new ``status``, keeping conditions the node does not own.
 
@@ -167,6 +185,7 @@ def pod_status(
         start_time: when the node accepted the Pod (epoch seconds).
         now: the current time (epoch seconds).
         pending_reason, pending_message: Pod-level reason while Pending (``ErrImagePull``).
+        final: the containers were stopped for good (deletion): the phase is terminal.
     """
     spec = pod.get("spec", {})
     inits = list(init_observations or [])
@@ -216,7 +235,9 @@ def pod_status(
         {
             "phase": ("Failed" if init_failed else "Pending")
             if incomplete
-            else phase(observations),
+            else phase(
+                observations, restart_policy=spec.get("restartPolicy", "Always"), final=final
+            ),
             "conditions": ours + kept,
             "hostIP": host_ip,
             "hostIPs": [{"ip": host_ip}],

@@ -91,6 +91,7 @@ class PodWorker:
         self._token_expiry = 0.0
         self._token_lock = trio.Lock()
         self._shutdown = False
+        self._final = False
         self.scope: trio.CancelScope | None = None
         self.done = trio.Event()
 
@@ -166,6 +167,7 @@ class PodWorker:
                 host_ip=self.node.config.host_ip,
                 start_time=self.start_time,
                 now=time.time(),
+                final=self._final,
             )
             if new == (pod.get("status") or {}):
                 return
@@ -372,6 +374,7 @@ class PodWorker:
             for r in self.runners:
                 await r.finished.wait()
             if not self._shutdown:
+                self._final = True  # stopped for good: the phase becomes terminal
                 with trio.move_on_after(5):
                     try:
                         await self.write_status()

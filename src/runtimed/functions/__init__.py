@@ -17,15 +17,25 @@ Modules (one job each):
 * :mod:`.idle` -- the per-Run idle/health poller;
 * :mod:`.digest` -- ``registration_digest``;
 * :mod:`.finalizers` -- conditional finalizer edits;
-* :mod:`.settings` -- endpoint configuration, inline defaults, deadlines.
+* :mod:`.settings` -- endpoint configuration, inline defaults, deadlines;
+* :mod:`.metrics` -- Prometheus metrics (``runtimed_function_*``).
 
-Daemon wiring (``runtimed.daemon.serve_daemon``): build a
-:class:`~.client.FunctionRuntimeClient` for the Runtime Server address and start its
-``run`` in the outer nursery; build ``FunctionLifecycle(pod=..., cache=informer,
-writer=KubeStatusWriter(kube), finalizers=KubeFinalizers(kube), server=client,
-workspace=..., clock=clock, settings=FunctionSettings(gateway_url=..., ca_bundle=...),
-events=events)``; ``informer.add_handler(functions.on_run_event)`` before the informer
-starts; after it synced, ``functions.adopt(informer.by_index(ASSIGNED_POD_INDEX, pod.uid))``
-and ``await nursery.start(functions.run)``. Function Runs are those with
-``spec.mode.function`` (:func:`~.decisions.is_function_run`); the task lifecycle ignores them.
+Daemon wiring (``runtimed.daemon.serve_daemon``), after the Run informer is built:
+
+1. ``client = FunctionRuntimeClient(config.server_host, config.server_port)`` and
+   ``await nursery.start(client.run)`` (outer nursery: a long-lived channel);
+2. ``functions = FunctionLifecycle(pod=pod, cache=informer,
+   writer=KubeStatusWriter(kube), finalizers=KubeFinalizers(kube), server=client,
+   workspace=config.workspace, clock=clock, settings=config.functions,
+   registry=registry, events=events, metrics=FunctionMetrics(metrics.registry),
+   git=config.git)`` -- ``registry`` is the :class:`~.registry.FunctionRegistry` the
+   invoke proxy reads;
+3. ``informer.add_handler(functions.on_run_event)`` (before the informer starts, or
+   followed by step 4 when added later);
+4. once the informer has synced:
+   ``functions.adopt(informer.by_index(ASSIGNED_POD_INDEX, pod.uid))`` and
+   ``await nursery.start(functions.run)``.
+
+Function Runs are those with ``spec.mode.function`` (:func:`~.decisions.is_function_run`);
+the task lifecycle ignores them, the function lifecycle ignores task Runs.
 """

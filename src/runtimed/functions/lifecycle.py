@@ -34,9 +34,8 @@ status write repeats cleanup, which is idempotent.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -74,19 +73,15 @@ from runtimed.functions.decisions import (
     is_function_run,
 )
 from runtimed.functions.digest import registration_digest
+from runtimed.functions.files import RunFileOps, WorkspaceFiles
 from runtimed.functions.finalizers import FinalizerWriter
 from runtimed.functions.idle import PollResult, Verdict, poll_registration
-from runtimed.functions.registry import FunctionRegistry
+from runtimed.functions.metrics import FunctionMetrics
+from runtimed.functions.registry import EntryState, FunctionRegistry
 from runtimed.functions.settings import FunctionSettings
 from runtimed.identity import PodIdentity
 from runtimed.runtime_client import ServerUnavailable
-from runtimed.sources import (
-    PreparationError,
-    RunFiles,
-    Workspace,
-    prepare_source,
-    remove_run_files,
-)
+from runtimed.sources import PreparationError, Workspace
 from runtimed.tasks import RunCache, StatusWriter
 
 __all__ = ["FunctionLifecycle", "FunctionStats"]
@@ -99,6 +94,13 @@ MAX_STEPS: Final = 8
 #: Registration attempt cleanup uses to supersede a registration whose ID it cannot learn
 #: (the largest int32: higher than any attempt the retry engine gives out).
 FENCE_ATTEMPT: Final = 2**31 - 1
+#: ``runtimed_function_runs_ended_total`` outcome of each cleanup kind.
+_ENDED: Final = {
+    CleanupKind.CANCEL: "Cancelled",
+    CleanupKind.DELETE: "Deleted",
+    CleanupKind.IDLE: "IdleTimeout",
+    CleanupKind.LIFETIME: "LifetimeExceeded",
+}
 
 
 def _uid(obj: Obj) -> str:
@@ -189,9 +191,9 @@ class FunctionLifecycle:
         events: Event sink (registration failures).
         git: the git executable for repository sources.
         workers: parallel reconcile workers (one Run is never reconciled twice at once).
-        prepare: ``async (source, files) -> None`` preparing a Run's working directory
-            (default :func:`runtimed.sources.prepare_source` with ``git``); it raises
-            :class:`~runtimed.sources.PreparationError`.
+        metrics: where to count (a private registry when omitted; pass
+            ``FunctionMetrics(RuntimedMetrics.registry)`` to serve them on ``/metrics``).
+        files: the file-system steps (default :class:`~.files.WorkspaceFiles` with ``git``).
     """
 
     def __init__(
@@ -209,7 +211,8 @@ class FunctionLifecycle:
         events: EventSink | None = None,
         git: str = "git",
         workers: int = 16,
-        prepare: Callable[[Source | None, RunFiles], Awaitable[None]] | None = None,
+        metrics: FunctionMetrics | None = None,
+        files: RunFileOps | None = None,
     ) -> None:
         self.pod = pod
         self._cache = cache
@@ -224,9 +227,11 @@ class FunctionLifecycle:
         self._events = events or NullEventSink()
         self._git = git
         self._workers = workers
-        self._prepare_source = prepare or functools.partial(prepare_source, git=git)
+        self._files = files or WorkspaceFiles(git=git)
         self.queue: WorkQueue[str] = WorkQueue("runtimed-functions", base_delay=0.1, max_delay=30.0)
         self.stats = FunctionStats()
+        self.metrics = metrics or FunctionMetrics()
+        self.metrics.track_accepting(lambda: self.registry.count(EntryState.READY))
         self._local: dict[str, _Local] = {}
         #: Run UID -> (resourceVersions we wrote from, the object our last write returned).
         self._written: dict[str, tuple[set[str], Obj]] = {}
@@ -476,12 +481,12 @@ class FunctionLifecycle:
     async def _prepare(self, run: Run, attempt: int, *, adopt: bool) -> Failure | None:
         """Prepare the source for ``attempt`` (kept as is when re-adopting a Ready Run)."""
         files = self.workspace.files(run.metadata.uid)
-        if adopt and await trio.to_thread.run_sync(files.work.is_dir):
+        if adopt and await self._files.has_work_dir(files):
             return None
         source, _ = self._source(run)
         try:
             with trio.fail_after(self.timings.prepare):
-                await self._prepare_source(source, files)
+                await self._files.prepare(source, files)
         except PreparationError as exc:
             return Failure(FailureReason.PREPARATION_FAILED, str(exc), attempt=attempt)
         except trio.TooSlowError:
@@ -503,6 +508,7 @@ class FunctionLifecycle:
         self.registry.registering(
             run.metadata.uid, key=run.key, attempt=attempt, digest=spec.digest
         )
+        started = trio.current_time()
         failure = await self._prepare(run, attempt, adopt=action.adopt)
         if failure is None:
             try:
@@ -517,6 +523,7 @@ class FunctionLifecycle:
                 log.info("RegisterFunction %s: %r", run.key, exc, extra=self._fields(run))
                 return Requeue(self.timings.unavailable_retry)
         if failure is not None:
+            self.metrics.registrations.labels(outcome="failed").inc()
             local.failure = failure
             self.registry.unavailable(run.metadata.uid)
             function_log.warning(
@@ -526,6 +533,8 @@ class FunctionLifecycle:
         local.registration_id = registration_id
         self.registry.ready(run.metadata.uid, attempt=attempt, registration_id=registration_id)
         self.stats.registrations += 1
+        self.metrics.register_seconds.observe(trio.current_time() - started)
+        self.metrics.registrations.labels(outcome="adopted" if action.adopt else "registered").inc()
         if action.adopt:
             self.stats.adoptions += 1
             function_log.info("re-adopted registration", extra=self._fields(run))
@@ -587,6 +596,9 @@ class FunctionLifecycle:
             reason=failure.reason.value if failure is not None else "RegistrationFailed",
             message=message,
         )
+        self.metrics.ended.labels(
+            outcome="Retry" if isinstance(action.decision, Retry) else "Failed"
+        ).inc()
         if isinstance(action.decision, Retry):
             function_log.info("registration retry: %s", message, extra=self._fields(run))
             return Requeue(max(0.0, action.decision.delay_seconds))
@@ -615,7 +627,10 @@ class FunctionLifecycle:
             _Unreachable: the server did not answer.
         """
         files = self.workspace.files(run.metadata.uid)
-        await trio.to_thread.run_sync(lambda: files.work.mkdir(parents=True, exist_ok=True))
+        try:
+            await self._files.ensure_work_dir(files)
+        except OSError as exc:
+            log.info("cleanup lookup of %s: %s", run.key, exc, extra=self._fields(run))
         for attempt in (max(1, run.status.attempt), FENCE_ATTEMPT):
             spec = self._register_spec(run, attempt)
             try:
@@ -688,7 +703,7 @@ class FunctionLifecycle:
         if registration_id is not None:
             if not await self._unregister(local.uid, registration_id, drain=drain):
                 return False
-        await remove_run_files(self.workspace.files(local.uid))
+        await self._files.remove(self.workspace.files(local.uid))
         local.registration_id = None
         local.failure = None
         local.cleaned = True
@@ -703,8 +718,12 @@ class FunctionLifecycle:
             return Requeue(self.timings.unavailable_retry)
         function_log.info("cleaned up (%s)", action.kind.value, extra=self._fields(run))
         if action.patch is not None:
-            return await self._write(obj, action.patch, f"ended ({action.kind.value})")
-        return await self._edit_finalizer(obj, add=False)
+            outcome = await self._write(obj, action.patch, f"ended ({action.kind.value})")
+        else:
+            outcome = await self._edit_finalizer(obj, add=False)
+        if outcome is not None:
+            self.metrics.ended.labels(outcome=_ENDED[action.kind]).inc()
+        return outcome
 
     async def _release(self, local: _Local, why: str) -> float | None:
         """Let go of a Run that is gone, terminal or not ours; seconds to look again or None."""
@@ -718,6 +737,7 @@ class FunctionLifecycle:
         if not await self._clean_local(local, run, drain=True, lookup=False):
             return self.timings.unavailable_retry
         log.info("released function Run (%s)", why, extra={"run_uid": local.uid, "run": local.key})
+        self.metrics.ended.labels(outcome="Released").inc()
         if self._local.get(local.uid) is local and (obj is None or run is None):
             del self._local[local.uid]
         return None

@@ -41,7 +41,7 @@ async def running_pod(kube: Kube, name: str) -> dict[str, Any]:
 
 async def test_down_leaves_no_process_and_state_survives_up_again(tmp_path: Path) -> None:
     state = tmp_path / "dev"
-    result = await krt("dev", "up", "--detach", "--state-dir", str(state))
+    result = await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
     out = result.stdout.decode()
     kubeconfig = state / "kubeconfig"
     assert f"export KUBECONFIG={kubeconfig}" in out
@@ -68,7 +68,7 @@ async def test_down_leaves_no_process_and_state_survives_up_again(tmp_path: Path
     assert status.returncode == 3
 
     # up again: the same objects, the Pod restarted like after a node reboot
-    await krt("dev", "up", "--detach", "--state-dir", str(state))
+    await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
     kube = Kube(await Api(kubeconfig=str(kubeconfig), bypass_factory=True))
 
     async def resumed() -> dict[str, Any] | None:
@@ -89,11 +89,17 @@ async def test_down_leaves_no_process_and_state_survives_up_again(tmp_path: Path
 
 async def test_up_refuses_a_second_cluster_on_the_same_state_dir(tmp_path: Path) -> None:
     state = tmp_path / "dev"
-    await krt("dev", "up", "--detach", "--state-dir", str(state))
+    await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
+    first_pid = json.loads((state / "krt-dev.pid").read_text())["pid"]
     try:
-        second = await krt("dev", "up", "--detach", "--state-dir", str(state), check=False)
+        # in the foreground: refused (a second node would run the same Pods twice)
+        second = await krt("dev", "up", "--no-install", "--state-dir", str(state), check=False)
         assert second.returncode == 2
         assert b"already running" in second.stderr
+        # detached: idempotent, reports the running cluster and starts nothing new
+        again = await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
+        assert b"already running" in again.stdout
+        assert json.loads((state / "krt-dev.pid").read_text())["pid"] == first_pid
     finally:
         await krt("dev", "down", "--state-dir", str(state))
 
@@ -101,7 +107,7 @@ async def test_up_refuses_a_second_cluster_on_the_same_state_dir(tmp_path: Path)
 async def test_down_kills_pod_groups_left_by_a_crashed_cluster(tmp_path: Path) -> None:
     """A cluster process killed with SIGKILL cannot stop its Pods; ``down`` does."""
     state = tmp_path / "dev"
-    await krt("dev", "up", "--detach", "--state-dir", str(state))
+    await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
     kube = Kube(await Api(kubeconfig=str(state / "kubeconfig"), bypass_factory=True))
     await kube.create(PODS, pod("orphan", echo_container()))
     await running_pod(kube, "orphan")

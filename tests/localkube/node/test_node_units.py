@@ -317,12 +317,26 @@ def obs(state: str, **kw: object) -> ContainerObservation:
 
 
 def test_phase_rules() -> None:
-    assert phase([obs("waiting")]) == "Pending"
-    assert phase([obs("running", ever_started=True), obs("waiting")]) == "Pending"
-    assert phase([obs("running", ever_started=True)]) == "Running"
-    assert phase([obs("waiting", ever_started=True, reason="CrashLoopBackOff")]) == "Running"
-    assert phase([obs("terminated", exit_code=0, ever_started=True)]) == "Succeeded"
-    assert phase([obs("terminated", exit_code=0), obs("terminated", exit_code=2)]) == "Failed"
+    for policy in ("Always", "OnFailure", "Never"):
+        assert phase([obs("waiting")], restart_policy=policy) == "Pending"
+        running = [obs("running", ever_started=True), obs("waiting")]
+        assert phase(running, restart_policy=policy) == "Pending"
+        assert phase([obs("running", ever_started=True)], restart_policy=policy) == "Running"
+        backoff = [obs("waiting", ever_started=True, reason="CrashLoopBackOff")]
+        assert phase(backoff, restart_policy=policy) == "Running"
+    ok = [obs("terminated", exit_code=0, ever_started=True)]
+    bad = [obs("terminated", exit_code=0), obs("terminated", exit_code=2)]
+    assert phase(ok, restart_policy="Never") == "Succeeded"
+    assert phase(bad, restart_policy="Never") == "Failed"
+    assert phase(ok, restart_policy="OnFailure") == "Succeeded"
+    # the failed container restarts: not terminal
+    assert phase(bad, restart_policy="OnFailure") == "Running"
+    # every exit restarts: a crash loop is Running, never Failed
+    assert phase(ok, restart_policy="Always") == "Running"
+    assert phase(bad, restart_policy="Always") == "Running"
+    # stopped for good (deletion): terminal whatever the policy
+    assert phase(ok, restart_policy="Always", final=True) == "Succeeded"
+    assert phase(bad, restart_policy="Always", final=True) == "Failed"
 
 
 def test_status_keeps_foreign_conditions_and_honours_readiness_gates() -> None:

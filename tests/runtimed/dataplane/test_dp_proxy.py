@@ -291,3 +291,25 @@ async def test_timeout_is_bounded_by_the_run_lifetime(cluster: Cluster) -> None:
     cluster.b.run_event(obj)
     assert await status_of(cluster.b, cluster.tls) == FAILED_PRECONDITION
     assert len(cluster.b.server.requests) == 1
+
+
+async def test_closed_caller_connection_cancels_too(cluster: Cluster) -> None:
+    cluster.b.server.block = True
+    async with cluster.gateway(cluster.b) as conn:  # type: ignore[attr-defined]
+        async with trio.open_nursery() as nursery:
+
+            async def doomed() -> None:
+                with pytest.raises(ConnectionLostError):
+                    await invoke(conn)
+
+            nursery.start_soon(doomed)
+            await cluster.b.server.entered.wait()
+            conn.close()  # the whole connection goes away, not just the stream
+    with trio.fail_after(2):
+        await cluster.b.server.cancelled.wait()
+    with trio.fail_after(2):
+        while UID in cluster.b.proxy.slots:  # noqa: ASYNC110 - freed by unwinding
+            await trio.sleep(0.005)
+    cluster.b.server.block = False
+    async with cluster.gateway(cluster.b) as conn:  # type: ignore[attr-defined]
+        assert (await invoke(conn)).output.startswith(b'{"echo"')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,13 +23,26 @@ from runtimed.sources import PreparationError, RunFiles, Workspace
 GATEWAY = "https://gw.example"
 
 
-async def fast_prepare(source: Source | None, files: RunFiles) -> None:
-    """Source preparation without worker threads (autojump would race a thread)."""
-    files.work.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - tiny, test only
-    if source is not None and source.inline is not None:
-        if source.inline == "BROKEN-SOURCE":
-            raise PreparationError("cannot write inline source: disk full")
-        (files.work / source.effective_inline_path).write_text(source.inline)  # noqa: ASYNC240
+class FastFiles:
+    """The lifecycle's file steps without worker threads (autojump would race a thread)."""
+
+    async def prepare(self, source: Source | None, files: RunFiles) -> None:
+        shutil.rmtree(files.root, ignore_errors=True)
+        files.work.mkdir(parents=True)  # noqa: ASYNC240 - tiny, test only
+        if source is not None and source.inline is not None:
+            if source.inline == "BROKEN-SOURCE":
+                shutil.rmtree(files.root, ignore_errors=True)
+                raise PreparationError("cannot write inline source: disk full")
+            (files.work / source.effective_inline_path).write_text(source.inline)  # noqa: ASYNC240
+
+    async def has_work_dir(self, files: RunFiles) -> bool:
+        return files.work.is_dir()  # noqa: ASYNC240
+
+    async def ensure_work_dir(self, files: RunFiles) -> None:
+        files.work.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240
+
+    async def remove(self, files: RunFiles) -> None:
+        shutil.rmtree(files.root, ignore_errors=True)
 
 
 @dataclass
@@ -75,7 +89,7 @@ async def harness(
         workspace=workspace,
         clock=clock,
         settings=FunctionSettings(gateway_url=GATEWAY, timings=FunctionTimings(**timings)),
-        prepare=fast_prepare,
+        files=FastFiles(),
     )
     runs.handlers[:] = [life.on_run_event]
     async with trio.open_nursery() as nursery:

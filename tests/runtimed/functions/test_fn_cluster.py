@@ -10,20 +10,29 @@ the daemon), through a localkube images overlay.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from runtimed_cluster import NS, running_cluster, runtime_manifest, wait_phase, wait_runtime_ready
+from runtimed_cluster import (
+    NS,
+    container_pid,
+    running_cluster,
+    runtime_manifest,
+    wait_phase,
+    wait_runtime_ready,
+)
 
 from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER
 from krt.kube.errors import NotFound
 from krt.kube.resources import PODS, RUNS, RUNTIMES
 
 DAEMON = Path(__file__).resolve().parents[3] / "src" / "runtimed" / "daemon.py"
-WIRED = "FunctionLifecycle" in DAEMON.read_text()
+WIRED = "from runtimed.functions.lifecycle import" in DAEMON.read_text()
 WRAPPER = Path(__file__).resolve().with_name("runtimed_with_functions.py")
 #: the runtimed image: as installed once the daemon is wired, else the test wrapper
 IMAGES = None if WIRED else {"kruntimes/runtimed": {"entrypoint": [sys.executable, str(WRAPPER)]}}
@@ -112,3 +121,60 @@ async def test_pod_loss_re_registers_elsewhere_with_attempt_2(tmp_path: Path) ->
                 await trio.sleep(0.05)
         assert status["assignedPodUID"] != old_uid
         assert status["endpoint"]["url"] == url
+
+
+def _pod_root(cluster: Any, pod_uid: str) -> Path:
+    (root,) = [r for r in cluster.pod_roots() if r.name.endswith(pod_uid)]
+    return root
+
+
+def _log_lines(root: Path, container: str) -> list[str]:
+    return [
+        line
+        for path in sorted((root / "logs" / container).glob("*.log"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+async def test_runtimed_restart_keeps_the_registration_and_server_kill_re_registers(
+    tmp_path: Path,
+) -> None:
+    async with running_cluster(tmp_path / "state", images=IMAGES) as cluster:
+        kube = cluster.kube
+        await kube.create(RUNTIMES, runtime_manifest("python", kind="python"))
+        (pod,) = await wait_runtime_ready(kube, "python", 1)
+        await kube.create(
+            RUNS, function_run("sticky", retryPolicy={"maxAttempts": 2, "backoff": "100ms"})
+        )
+        ready = await wait_phase(kube, "sticky", "Ready", "Failed")
+        uid = ready["metadata"]["uid"]
+        version = ready["metadata"]["resourceVersion"]
+        root = _pod_root(cluster, pod["metadata"]["uid"])
+
+        # runtimed restart: re-adopted (same registration, no status write)
+        os.kill(container_pid(root, "runtimed"), signal.SIGKILL)
+        with trio.fail_after(30):
+            while not any(  # noqa: ASYNC110 - polling a log file
+                "re-adopted registration" in line for line in _log_lines(root, "runtimed")
+            ):
+                await trio.sleep(0.1)
+        await trio.sleep(1.0)
+        obj = await kube.get(RUNS, "sticky", NS)
+        assert obj["metadata"]["resourceVersion"] == version
+        assert obj["status"]["phase"] == "Ready"
+        ready_lines = [
+            line
+            for line in _log_lines(root, "runtime")
+            if "registration ready" in line and uid in line
+        ]
+        assert len(ready_lines) == 1, ready_lines  # the Runtime Server registered it once
+
+        # Runtime Server kill: the registration is lost, attempt 2 registers again
+        os.kill(container_pid(root, "runtime"), signal.SIGKILL)
+        with trio.fail_after(60):
+            while True:
+                status = (await kube.get(RUNS, "sticky", NS))["status"]
+                if status.get("phase") == "Ready" and status.get("attempt") == 2:
+                    break
+                await trio.sleep(0.05)
+        assert status["endpoint"] == ready["status"]["endpoint"]
