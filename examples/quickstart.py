@@ -222,7 +222,7 @@ def next_steps(state_dir: Path, failed: bool) -> None:
   krt invoke {KRM_FUNCTION} -d @examples/krm/resource-list.json \\
       | python examples/krm/resource_list.py show -
   krt invoke {BASH_FUNCTION} -d '{{"name": "you"}}'
-  krt run --runtime bash --wait -- 'echo "host=$(hostname)" >> "$KRUNTIME_OUTPUTS"'
+  krt run --runtime bash --wait -- 'echo "bash=$BASH_VERSION" >> "$KRUNTIME_OUTPUTS"'
   krt runtime list; krt dev status{state_arg}
   kubectl get pods -A              # localkube speaks the Kubernetes API (if kubectl is installed)
 Stop everything (every Pod process included):

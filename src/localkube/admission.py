@@ -66,11 +66,19 @@ class Admission:
 
     # namespaces -----------------------------------------------------------------
 
-    def check_namespace_open(self, namespace: str) -> None:
-        """Raise unless ``namespace`` exists and is not terminating.
+    def check_namespace_open(
+        self, namespace: str, *, resource: str = "", group: str = "", name: str = ""
+    ) -> None:
+        """Raise unless ``namespace`` exists and is not terminating (NamespaceLifecycle).
+
+        Args:
+            namespace: the namespace of the object being created.
+            resource: its plural resource name. group: its API group. name: its name
+                (empty for ``generateName``); all three only word the 403.
 
         Raises:
-            ApiError: 404 NotFound (missing), 403 Forbidden (terminating).
+            ApiError: 404 NotFound (missing), 403 Forbidden (terminating), worded as
+                kube-apiserver's ``configmaps "x" is forbidden: unable to create ...``.
         """
         ns = self.store.get("/namespaces", "", namespace)
         if ns is None:
@@ -81,11 +89,25 @@ class Admission:
                 details={"name": namespace, "kind": "namespaces"},
             )
         if objects.is_deleting(ns):
+            qualified = f"{resource}.{group}" if group else resource
+            subject = f'{qualified} "{name}"' if name else qualified
             raise ApiError(
                 403,
                 "Forbidden",
-                f"unable to create new content in namespace {namespace} because it is being terminated",
-                details={"name": namespace, "kind": "namespaces"},
+                f"{subject} is forbidden: unable to create new content in namespace "
+                f"{namespace} because it is being terminated",
+                details={
+                    "name": name,
+                    "group": group,
+                    "kind": resource,
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
             )
 
     # CRDs -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -33,6 +33,7 @@ from localkube.images import ImageTable
 from localkube.names import serve_hosts_file
 from localkube.node.config import NodeConfig
 from localkube.node.kubelet import Kubelet, serve_node
+from localkube.node.logrotate import LogLimits
 from localkube.proxy import ServiceProxy, serve_proxy
 
 #: Written once the cluster serves; removed when it stops.
@@ -49,6 +50,7 @@ class ClusterConfig:
         images_file: YAML/JSON image table overlay (see localkube.images), or None.
         backoff_initial, backoff_cap: container crash back-off in seconds.
         shutdown_grace: seconds Pods get between SIGTERM and SIGKILL at shutdown.
+        log_limits: container log rotation (default 10 MiB per file, 5 files per run).
     """
 
     state_dir: Path
@@ -58,6 +60,7 @@ class ClusterConfig:
     backoff_initial: float = 10.0
     backoff_cap: float = 300.0
     shutdown_grace: float = 5.0
+    log_limits: LogLimits = field(default_factory=LogLimits)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ async def serve_cluster(
                 backoff_initial=config.backoff_initial,
                 backoff_cap=config.backoff_cap,
                 shutdown_grace=config.shutdown_grace,
+                log_limits=config.log_limits,
             )
             kubelet: Kubelet = await nursery.start(serve_node, kube, node_config)
             await ready_file.write_text(

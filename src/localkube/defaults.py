@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from localkube import config_data
+
 
 def _image_pull_policy(image: str) -> str:
     name = image.split("@", 1)[0]
@@ -123,8 +125,9 @@ def service_defaults(obj: dict[str, Any], *, creating: bool) -> None:
 
 
 def secret_defaults(obj: dict[str, Any], *, creating: bool) -> None:
-    """Default a Secret."""
+    """Default a Secret; ``stringData`` is folded into ``data`` (never stored)."""
     obj.setdefault("type", "Opaque")
+    config_data.fold_string_data(obj)
 
 
 DEFAULTERS: dict[str, Callable[..., None]] = {

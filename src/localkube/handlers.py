@@ -125,9 +125,13 @@ def parse_list_options(rt: ResourceType, query: dict[str, str]) -> ListOptions:
     """
     try:
         labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"), rt.supported_fields)
     except SelectorError as exc:
         raise ApiError(400, "BadRequest", f"unable to parse requirement: {exc}") from exc
+    try:
+        fields = parse_field_selector(query.get("fieldSelector"), rt.supported_fields)
+    except SelectorError as exc:
+        # kube-apiserver words these without the label selector's prefix
+        raise ApiError(400, "BadRequest", str(exc)) from exc
     try:
         limit = int(query.get("limit") or 0)
     except ValueError:
@@ -168,6 +172,25 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
         return int(data["rv"]), (str(data["start"][0]), str(data["start"][1]))
     except (binascii.Error, ValueError, KeyError, TypeError, IndexError):
         raise ApiError(400, "BadRequest", "continue key is not valid: malformed token") from None
+
+
+def too_large_resource_version(requested: int, current: int) -> ApiError:
+    """The 504 kube-apiserver answers for a resourceVersion newer than its store.
+
+    Args:
+        requested: the client's resourceVersion. current: the store's revision.
+    """
+    return ApiError(
+        504,
+        "Timeout",
+        f"Too large resource version: {requested}, current: {current}",
+        details={
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
 def for_version(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -249,7 +272,12 @@ class Handlers:
         named = isinstance(body, dict) and bool((body.get("metadata") or {}).get("name"))
         obj = objects.check_body_identity(rt, body, namespace=namespace, name=None)
         if rt.namespaced:
-            self.admission.check_namespace_open(namespace)
+            self.admission.check_namespace_open(
+                namespace,
+                resource=rt.plural,
+                group=rt.group,
+                name=str(obj["metadata"].get("name") or ""),
+            )
         objects.prepare_create(rt, obj, now=self.clock())
         obj = self.admission.admit(rt, obj, None, strict=field_validation == "Strict")
         key = self._key(rt, namespace, obj["metadata"]["name"])
@@ -305,26 +333,11 @@ class Handlers:
                     f"The resourceVersion for the provided list is too old. ({exc})"
                 ) from None
             except storage.Conflict:
-                raise ApiError(
-                    504, "Timeout", f"Too large resource version: {rv}, current: {revision}"
-                ) from None
+                raise too_large_resource_version(rv, revision) from None
             revision = rv
         else:
             if rv is not None and rv > revision:
-                raise ApiError(
-                    504,
-                    "Timeout",
-                    f"Too large resource version: {rv}, current: {revision}",
-                    details={
-                        "causes": [
-                            {
-                                "reason": "ResourceVersionTooLarge",
-                                "message": "Too large resource version",
-                            }
-                        ],
-                        "retryAfterSeconds": 1,
-                    },
-                )
+                raise too_large_resource_version(rv, revision)
             items = self.store.list(rt.storage_key, namespace)
         selected: list[dict[str, Any]] = []
         next_token = ""

@@ -258,6 +258,6 @@ def parse_field_selector(text: str | None, supported: frozenset[str]) -> FieldSe
         field, value = field.strip(), value.strip()
         negate = op == "!="
         if field not in supported:
-            raise SelectorError(f'field label not supported: "{field}"')
+            raise SelectorError(f"field label not supported: {field}")
         requirements.append(FieldRequirement(field, value, negate, _path_getter(field)))
     return FieldSelector(tuple(requirements))

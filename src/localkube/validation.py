@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from localkube import config_data
 from localkube.errors import FieldError
 from localkube.selectors import SelectorError, label_selector_from_dict
 
@@ -134,6 +135,8 @@ def workload_errors(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Fie
 
 
 VALIDATORS = {
+    "/configmaps": config_data.configmap_errors,
+    "/secrets": config_data.secret_errors,
     "/pods": pod_errors,
     "apps/deployments": workload_errors,
     "apps/replicasets": workload_errors,

@@ -10,9 +10,12 @@ Rules (issue 3, "list and watch"; Kubernetes "Efficient detection of changes"):
 
 * no ``resourceVersion`` or ``"0"``: synthetic ADDED events for the current matching
   objects, then every later change;
-* ``resourceVersion=N``: every retained change after N (a future N waits for changes
-  past it); N older than the history: one ERROR event carrying a 410 ``Expired`` Status,
-  then the stream ends;
+* ``resourceVersion=N``: every retained change after N; N older than the history: one
+  ERROR event carrying a 410 ``Expired`` Status, then the stream ends; a future N waits
+  up to :data:`FUTURE_RESOURCE_VERSION_WAIT` seconds for the store to reach it, then (as
+  kube-apiserver's watch cache) sends an ERROR event with a 504 "Too large resource
+  version" Status and ends, so a client holding a revision from another store (an
+  in-memory server that restarted) re-lists instead of silently missing events;
 * with selectors, an object that starts matching arrives as ADDED and one that stops
   matching as DELETED, as kube-apiserver's watch cache does;
 * ``allowWatchBookmarks=true``: a BOOKMARK every ``bookmark_interval`` seconds with a
@@ -26,6 +29,7 @@ until the watch ends, and is cancelled when the client disconnects.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,11 +39,13 @@ import trio
 
 from localkube import storage, tables
 from localkube.errors import ApiError
-from localkube.handlers import ListOptions, for_version, utc_now
+from localkube.handlers import ListOptions, for_version, too_large_resource_version, utc_now
 from localkube.resources import ResourceType
 
 Emit = Callable[[bytes], Awaitable[None]]
 DEFAULT_TIMEOUT = 1800.0
+FUTURE_RESOURCE_VERSION_WAIT = 3.0
+"""Seconds a watch from a future resourceVersion waits for it (kube-apiserver: 3 s)."""
 
 
 @dataclass(frozen=True)
@@ -183,18 +189,24 @@ async def run_watch(
             chunk.append(encoder.bookmark(last_sent, initial_end=True))
         if chunk:
             await emit(b"".join(chunk))
-        next_bookmark = trio.current_time() + bookmark_interval
+        next_bookmark = trio.current_time() + bookmark_interval if request.bookmarks else math.inf
         floor = since or 0
+        # a resourceVersion from the future must be reached soon, or the watch fails
+        future_deadline = math.inf
+        if floor > store.revision:
+            future_deadline = trio.current_time() + FUTURE_RESOURCE_VERSION_WAIT
         while True:
             batch: list[bytes] = []
             received: storage.StoredEvent | None = None
             try:
-                if request.bookmarks:
-                    with trio.move_on_at(next_bookmark):
-                        received = await channel.receive()
-                else:
+                with trio.move_on_at(min(next_bookmark, future_deadline)):
                     received = await channel.receive()
             except trio.EndOfChannel:
+                return
+            if store.revision >= floor:
+                future_deadline = math.inf
+            elif trio.current_time() >= future_deadline:
+                await emit(error_line(too_large_resource_version(floor, store.revision)))
                 return
             if received is not None:
                 # let the other runnable tasks (concurrent writes) go first, so a burst of

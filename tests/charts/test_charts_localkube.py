@@ -426,15 +426,6 @@ async def test_gateway_pod_serves_https_on_the_runtime_gateway_service(tmp_path:
         assert health.status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "krt-controlplane connects with krt.kube.client.connect() without "
-        "serviceaccount_dir=$KRT_SERVICEACCOUNT_DIR, so on localkube (where the token is "
-        "mounted under the Pod root) it finds no credentials; runtimed passes it. Remove this "
-        "marker once src/krt/controlplane/__main__.py does the same."
-    ),
-)
 async def test_both_charts_run_entirely_as_pods(tmp_path: Path) -> None:
     """Both charts as `helm install` leaves them: the chart's control-plane Pod (its mounted
     token, its RBAC) becomes the leader and builds the Runtimes; a task Run succeeds."""

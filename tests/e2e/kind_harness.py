@@ -301,10 +301,15 @@ def gateway_tls_secret(ca: trustme.CA) -> dict[str, Any]:
 
 
 def chart_values(tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Values for (kruntimes, kruntimes-runtimes): the e2e image tag, the gateway Secret."""
+    """Values for (kruntimes, kruntimes-runtimes): the e2e image tag, the gateway Secret.
+
+    One Pod per Runtime: every invocation then lands on the owning runtimed, so the tests do
+    not depend on the peer hop, which needs peer mTLS material in the Runtime Pods (without
+    it, a request reaching a non-owner is answered 503, docs/security.md).
+    """
     images = {"tag": tag, "pullPolicy": "IfNotPresent"}
     kruntimes = {"images": images, "gateway": {"tls": {"secretName": GATEWAY_TLS_SECRET}}}
-    runtimes = {"images": images}
+    runtimes = {"images": images, "python": {"replicas": 1}, "bash": {"replicas": 1}}
     return kruntimes, runtimes
 
 

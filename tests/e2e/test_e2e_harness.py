@@ -182,6 +182,7 @@ def test_install_values_are_real_chart_values() -> None:
     by_name = {d["metadata"]["name"]: d for d in runtimes if d["kind"] == "Runtime"}
     assert {"python", "bash"} <= set(by_name)
     for runtime in by_name.values():
+        assert runtime["spec"]["replicas"] == 1
         assert runtime["spec"]["daemonImage"].endswith(":e2e")
         containers = runtime["spec"]["template"]["spec"]["containers"]
         assert all(c["image"].endswith(":e2e") for c in containers)
@@ -197,6 +198,7 @@ def test_the_example_inputs_the_e2e_flows_use_exist() -> None:
         flows.GREET_FILE,
         flows.QUICKSTART_KRM_FILE,
         flows.QUICKSTART_KRM_INPUT,
+        flows.QUICKSTART_TASK_FILE,
     ):
         assert path.is_file(), f"{path} is missing"
     assert "def invoke(" in flows.QUICKSTART_KRM_FILE.read_text()

@@ -46,6 +46,7 @@ GREET_FILE = EXAMPLES / "bash" / "greet.sh"
 #: The quick start's KRM function (seed 004 interface) and its multi-document input.
 QUICKSTART_KRM_FILE = EXAMPLES / "krm" / "main.py"
 QUICKSTART_KRM_INPUT = EXAMPLES / "krm" / "resource-list.json"
+QUICKSTART_TASK_FILE = EXAMPLES / "tasks" / "primes.py"
 CLUSTER_SCOPED_KINDS = {
     "Namespace",
     "ClusterRole",
@@ -172,6 +173,20 @@ def test_python_task_run_succeeds_with_outputs_and_logs(
     assert "task stdout: hello from" in logs.stdout
 
 
+def test_quickstart_task_counts_primes(kind_cluster: KindCluster) -> None:
+    """The quick start's task: examples/tasks/primes.py, outputs printed by --wait."""
+    result = krt(
+        kind_cluster, "run", "e2e-primes", "--runtime", "python",
+        "--file", str(QUICKSTART_TASK_FILE), "--wait", "--", "1000",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    outputs = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert outputs["below"] == "1000"
+    assert outputs["count"] == "168"
+    assert outputs["largest"] == "997"
+    assert get_run(kind_cluster, "e2e-primes")["status"]["outputs"]["count"] == "168"
+
+
 def test_bash_task_run_succeeds(kind_cluster: KindCluster) -> None:
     result = krt(
         kind_cluster, "run", "e2e-task-sh", "--runtime", "bash", "--wait", "--", "echo e2e-bash-ok"
@@ -284,15 +299,16 @@ def test_deleted_function_is_unregistered_and_gone(
         env=invoke_env(gateway_url, gateway_ca_file, run),
     )
     assert again.returncode == 3
-    # the old endpoint (its UID) now names no Run: the gateway answers 404
-    answer = raw_post(
-        run,
-        gateway_url,
-        gateway_ca_file.read_bytes(),
-        token=invoker_token(kind_cluster),
-        body=b"{}",
-    )
-    assert answer.status == 404
+    # the old endpoint (its UID) now names no Run: the gateway answers 404 once the owner's
+    # watch has seen the deletion (503 "terminating" until then)
+    token = invoker_token(kind_cluster)
+    deadline = time.monotonic() + 15
+    while True:
+        answer = raw_post(run, gateway_url, gateway_ca_file.read_bytes(), token=token, body=b"{}")
+        if answer.status != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert answer.status == 404, answer
     assert answer.error["reason"] == "FunctionNotFound"
 
 

@@ -93,10 +93,14 @@ async def test_nesting_just_inside_the_limit_survives_crd_validation_and_cel(
 async def test_lone_surrogates_are_stored_as_replacement_characters(
     admin_http: httpx.AsyncClient,
 ) -> None:
-    body = b'{"metadata":{"name":"uni"},"data":{"k\\udfff":"h\\u00e9llo \\ud800 \\ud83d\\ude00"}}'
+    body = (
+        b'{"metadata":{"name":"uni","annotations":{"a":"\\udfff"}},'
+        b'"data":{"k":"h\\u00e9llo \\ud800 \\ud83d\\ude00"}}'
+    )
     r = await admin_http.post(CM, content=body, headers=JSON)
     assert r.status_code == 201, r.text
-    assert r.json()["data"] == {"k\ufffd": "h\u00e9llo \ufffd \U0001f600"}
+    assert r.json()["data"] == {"k": "h\u00e9llo \ufffd \U0001f600"}
+    assert r.json()["metadata"]["annotations"] == {"a": "\ufffd"}
     r = await admin_http.patch(f"{CM}/uni", content=b'{"data":{"z":"\\udbff"}}', headers=MERGE)
     assert r.status_code == 200, r.text
     assert r.json()["data"]["z"] == "\ufffd"
@@ -104,7 +108,7 @@ async def test_lone_surrogates_are_stored_as_replacement_characters(
     assert listed.status_code == 200
 
 
-async def test_body_over_3_mib_is_413_and_just_under_is_accepted(
+async def test_body_over_3_mib_is_413_and_just_under_is_read(
     admin_http: httpx.AsyncClient,
 ) -> None:
     def body(size: int) -> bytes:
@@ -114,5 +118,7 @@ async def test_body_over_3_mib_is_413_and_just_under_is_accepted(
     r = await admin_http.post(CM, content=body(3 * 1024 * 1024 + 1), headers=JSON)
     assert r.status_code == 413, r.text
     assert r.json()["reason"] == "RequestEntityTooLarge"
+    # read and decoded; then refused by the ConfigMap's own 1 MiB rule, not the body limit
     r = await admin_http.post(CM, content=body(3 * 1024 * 1024), headers=JSON)
-    assert r.status_code == 201, r.text[:200]
+    assert r.status_code == 422, r.text[:200]
+    assert r.json()["details"]["causes"][0]["message"].startswith("Too long")

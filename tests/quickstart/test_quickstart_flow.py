@@ -68,6 +68,7 @@ def state(tmp_path: Path) -> Iterator[Path]:
     yield directory
     down = krt("dev", "down", "--state-dir", str(directory))
     assert down.returncode == 0, down.stderr
+    assert not (directory / "env").exists()
     left = processes_of(directory)
     assert not left, f"processes left after krt dev down: {left}"
 
@@ -76,7 +77,7 @@ def test_dev_up_installs_kruntimes_idempotently_and_a_task_run_succeeds(state: P
     up = krt("dev", "up", "--detach", "--state-dir", str(state), "--timeout", "90")
     assert up.returncode == 0, up.stdout + up.stderr
     out = up.stdout
-    assert "kruntimes applied (17 created, 0 configured, 0 unchanged)" in out
+    assert "kruntimes applied (18 created, 0 configured, 0 unchanged)" in out
     assert re.search(r"waiting for Runtime (python|bash): 0/1 ready", out), out
     match = re.search(
         r"Ready: kruntimes is installed \(control plane, gateway (https://[0-9.]+:443)", out
@@ -90,7 +91,7 @@ def test_dev_up_installs_kruntimes_idempotently_and_a_task_run_succeeds(state: P
     again = krt("dev", "up", "--detach", "--state-dir", str(state))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "localkube is already running" in again.stdout
-    assert "kruntimes applied (0 created, 0 configured, 17 unchanged)" in again.stdout
+    assert "kruntimes applied (0 created, 0 configured, 18 unchanged)" in again.stdout
     assert "Ready: kruntimes is installed" in again.stdout
 
     runtimes = krt("runtime", "list", state=state)
@@ -180,3 +181,27 @@ def test_the_quick_start_runs_the_task_and_the_functions_end_to_end(state: Path)
     assert re.search(r"Invoke latency over 3 invokes .*: p50 [0-9.]+ ms", out), out
     assert '{"message": "Hello, kruntimes!", "runtime": "bash"}' in out
     assert f"krt dev down --state-dir {state}" in out
+
+
+def test_a_component_that_never_gets_ready_is_named_with_its_log_when_time_runs_out(
+    state: Path, tmp_path: Path
+) -> None:
+    images = tmp_path / "images.yaml"
+    images.write_text(
+        "images:\n"
+        "  kruntimes/gateway:\n"
+        "    entrypoint: ['{python}', '-c', 'import time; print(\"stuck\", flush=True); time.sleep(600)']\n"
+    )
+    up = krt(
+        "dev", "up", "--detach", "--no-install", "--state-dir", str(state), "--images", str(images)
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    failed = krt("dev", "up", "--detach", "--state-dir", str(state), "--timeout", "4")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "waiting for the gateway: 0/1 Pods ready ..." in failed.stdout
+    error = failed.stderr
+    assert "kruntimes was not ready after 4 s:" in error
+    pending = re.search(r"^  waiting for the gateway: 0/1 Pods ready \(log: (\S+)\)$", error, re.M)
+    assert pending, error
+    assert Path(pending.group(1)).read_text().rstrip().endswith("stuck")
+    assert f"cluster log: {state / 'krt-dev.log'}" in error

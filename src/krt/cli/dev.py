@@ -144,6 +144,7 @@ def up(
         if not no_install:
             _install_or_fail(state, Path(ready["kubeconfig"]), wait_seconds)
         return
+    (state / ENV_FILE).unlink(missing_ok=True)  # rewritten once kruntimes is ready
     if detach:
         _up_detached(state, port, images, verbose)
         if not no_install:
@@ -360,6 +361,8 @@ def status(state_dir: Path) -> None:
         return
     click.echo(f"localkube is running (pid {pid}) on {ready['url']} (state: {state})")
     click.echo(f"export KUBECONFIG={ready['kubeconfig']}")
+    if (state / ENV_FILE).exists():
+        click.echo(f"kruntimes was installed: source {state / ENV_FILE} (KRT_GATEWAY_URL too)")
     for line in _pod_lines(ready["url"], Path(ready["kubeconfig"])):
         click.echo(line)
 
@@ -425,6 +428,7 @@ def down(state_dir: Path) -> None:
         time.sleep(0.05)
     left = [g for g in killed if group_members(g)]
     (state / PID_FILE).unlink(missing_ok=True)
+    (state / ENV_FILE).unlink(missing_ok=True)
     if left:
         raise click.ClickException(f"process groups still alive after SIGKILL: {left}")
     if pid is None:

@@ -64,6 +64,7 @@ KIND_REFS: Final[dict[str, ResourceRef]] = {
     ),
     "Runtime": RUNTIMES,
     "Secret": ResourceRef("", "v1", "secrets", True, "Secret"),
+    "ConfigMap": ResourceRef("", "v1", "configmaps", True, "ConfigMap"),
     "CustomResourceDefinition": ResourceRef(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
     ),

@@ -7,8 +7,10 @@ What is installed, in dependency order (each step idempotent, :mod:`krt.cli.dev_
 2. the kruntimes chart without its Deployments: RBAC, ServiceAccounts, Services;
 3. TLS material (:mod:`krt.cli.dev_certs`): the ``runtime-gateway-tls`` Secret, signed by
    the dev gateway CA for the Service's DNS names and its ClusterIP (known once the Service
-   exists), and the peer mTLS Secret ``kruntimes-peer-tls`` in ``kruntimes-system`` and in
-   the Runtimes' namespace;
+   exists); the peer mTLS Secret ``kruntimes-peer-tls`` (``tls.crt``, ``tls.key``,
+   ``ca.crt``) in ``kruntimes-system`` and in the Runtimes' namespace; and, in the Runtimes'
+   namespace, the ConfigMap ``kruntimes-gateway-ca`` (``ca.crt``: the gateway CA, what
+   runtimed publishes as ``status.endpoint.caBundle``, its ``--gateway-ca-file``);
 4. the control plane and gateway Deployments (their Secret exists, so the Pods start at once);
 5. the kruntimes-runtimes chart: the built-in ``python`` and ``bash`` Runtimes in
    ``default``, which the control plane turns into warm Runtime Pods.
@@ -44,6 +46,7 @@ from krt.kube.errors import KubeError, NotFound
 from krt.kube.resources import ENDPOINTSLICES, PODS, RUNS, RUNTIMES, SERVICES
 
 __all__ = [
+    "GATEWAY_CA_CONFIGMAP",
     "GATEWAY_TLS_SECRET",
     "PEER_TLS_SECRET",
     "POLL_SECONDS",
@@ -69,6 +72,8 @@ RUNTIMES_NAMESPACE: Final = "default"
 GATEWAY_TLS_SECRET: Final = "runtime-gateway-tls"
 #: The peer mTLS Secret (tls.crt, tls.key, ca.crt), in both namespaces.
 PEER_TLS_SECRET: Final = "kruntimes-peer-tls"
+#: ConfigMap with the gateway CA (key ca.crt) in the Runtimes' namespace, for runtimed.
+GATEWAY_CA_CONFIGMAP: Final = "kruntimes-gateway-ca"
 #: Seconds between readiness polls.
 POLL_SECONDS: Final = 0.5
 #: Seconds between repeated progress lines while nothing changes.
@@ -214,6 +219,21 @@ async def install(
         changed = await apply(tls_secret(GATEWAY_TLS_SECRET, SYSTEM_NAMESPACE, gateway_pair))
         for namespace in (SYSTEM_NAMESPACE, RUNTIMES_NAMESPACE):
             await apply(tls_secret(PEER_TLS_SECRET, namespace, peer_pair))
+        await apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": GATEWAY_CA_CONFIGMAP,
+                    "namespace": RUNTIMES_NAMESPACE,
+                    "labels": {
+                        "app.kubernetes.io/part-of": "kruntimes",
+                        "kruntimes.io/dev": "true",
+                    },
+                },
+                "data": {"ca.crt": gateway_pair.ca.decode("ascii")},
+            }
+        )
         if changed == "configured":
             # a new certificate (the ClusterIP changed): running gateway Pods hold the old one
             await _restart_pods(kube, SYSTEM_NAMESPACE, "app.kubernetes.io/component=gateway")

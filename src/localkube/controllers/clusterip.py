@@ -1,7 +1,8 @@
 """ClusterIP allocation for Services (the API server's allocator, run as a controller).
 
 A Service of type ClusterIP, NodePort or LoadBalancer whose ``spec.clusterIP`` is empty gets
-a free address from 127.0.200.0/21 (see :mod:`localkube.node.ipam`), written with an update
+a free address from 127.0.200.0/21 (see :mod:`localkube.node.ipam`; addresses another
+process of the machine listens on count as used), written with an update
 conditional on the Service's resourceVersion (``clusterIP``, ``clusterIPs``,
 ``ipFamilies``, ``ipFamilyPolicy``; ``targetPort`` defaults to ``port``). Headless Services
 (``clusterIP: None``) and ExternalName Services are left alone.
@@ -17,7 +18,7 @@ import trio
 
 from localkube.controllers.informer import Informer, KeyedQueue, ObjectKey, key_of
 from localkube.controllers.kubeapi import Kube, collection_path
-from localkube.node.ipam import allocate_cluster_ip
+from localkube.node.ipam import allocate_cluster_ip, listening_addresses
 
 
 def needs_cluster_ip(svc: Mapping[str, Any]) -> bool:
@@ -61,6 +62,7 @@ class ClusterIPController:
         if svc is None or not needs_cluster_ip(svc):
             return
         used = {s.get("spec", {}).get("clusterIP", "") for s in self.services.items()}
+        used |= listening_addresses()  # another dev cluster's Services and Pods
         body = with_cluster_ip(svc, allocate_cluster_ip(used))
         await self.kube.replace(collection_path("v1", "services", key[0]) + f"/{key[1]}", body)
 

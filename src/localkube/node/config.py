@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localkube.images import VENV_BIN, ImageTable
+from localkube.node.logrotate import LogLimits
 
 
 @dataclass
@@ -26,6 +27,7 @@ class NodeConfig:
         shutdown_grace: seconds containers get between SIGTERM and SIGKILL when the node
             itself stops (``krt dev down``).
         token_seconds: lifetime of projected ServiceAccount tokens (3600).
+        log_limits: container log rotation (10 MiB per file, 5 files per run).
     """
 
     state_dir: Path
@@ -40,6 +42,7 @@ class NodeConfig:
     backoff_cap: float = 300.0
     shutdown_grace: float = 5.0
     token_seconds: int = 3600
+    log_limits: LogLimits = field(default_factory=LogLimits)
 
     def base_env(self) -> dict[str, str]:
         """Variables every container gets before its own ``env`` (see docs/localkube.md)."""

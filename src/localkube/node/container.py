@@ -36,6 +36,7 @@ from localkube.images import ImageTable, UnknownImageError
 from localkube.node.backoff import CrashBackoff, should_restart
 from localkube.node.env import ContainerConfigError, expand
 from localkube.node.layout import PodPaths
+from localkube.node.logrotate import LogLimits, RotatingLog, prune_runs
 from localkube.node.logs import encode_records
 from localkube.node.podstatus import ContainerObservation
 from localkube.node.probes import ProbeConfigError, ProbeTiming, ProbeTracker, run_probe
@@ -71,6 +72,7 @@ class ContainerRunner:
             restart).
         backoff: crash back-off state.
         record: ``record(type, reason, message)`` queues a Pod Event (Normal/Warning).
+        log_limits: log rotation sizes (default: the kubelet's 10 MiB x 5 files).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class ContainerRunner:
         observation: ContainerObservation,
         backoff: CrashBackoff,
         record: Callable[[str, str, str], None] | None = None,
+        log_limits: LogLimits | None = None,
     ) -> None:
         self.spec = spec
         self.name = str(spec["name"])
@@ -98,6 +101,7 @@ class ContainerRunner:
         self.record = record or (lambda _type, _reason, _message: None)
         self.obs = observation
         self.backoff = backoff
+        self.log_limits = log_limits or LogLimits()
         self.stop_request: StopRequest | None = None
         self._stop_event = trio.Event()
         self._pgid: int | None = None
@@ -183,6 +187,10 @@ class ContainerRunner:
         log_dir = self.paths.log_dir / self.name
         await trio.Path(log_dir).mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{self.obs.restart_count}.log"
+        # keep this run and the previous one (kubectl logs --previous), as the kubelet does
+        await trio.to_thread.run_sync(
+            lambda: prune_runs(log_dir, keep_from=self.obs.restart_count - 1)
+        )
         await trio.Path(log_path.with_suffix(".exited")).unlink(missing_ok=True)
         started = time.time()
         self.record(
@@ -250,7 +258,10 @@ class ContainerRunner:
     ) -> int:
         kill_reason: list[str] = []
         exited = trio.Event()
-        async with await trio.open_file(log_path, "ab") as logf:
+        limits = self.log_limits
+        async with RotatingLog(
+            log_path, max_bytes=limits.max_bytes, max_files=limits.max_files
+        ) as logf:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump, proc.stdout, "stdout", logf)
                 nursery.start_soon(self._pump, proc.stderr, "stderr", logf)
@@ -280,7 +291,9 @@ class ContainerRunner:
         )
         return code
 
-    async def _pump(self, stream: trio.abc.ReceiveStream | None, name: str, logf: Any) -> None:
+    async def _pump(
+        self, stream: trio.abc.ReceiveStream | None, name: str, logf: RotatingLog
+    ) -> None:
         if stream is None:
             return
         pending = b""
@@ -290,15 +303,12 @@ class ContainerRunner:
                 cut = pending.rfind(b"\n") + 1
                 if cut:
                     await logf.write(encode_records(name, pending[:cut], now=time.time()))
-                    await logf.flush()
                     pending = pending[cut:]
                 elif len(pending) >= 16 * 1024:
                     await logf.write(encode_records(name, pending, now=time.time()))
-                    await logf.flush()
                     pending = b""
         if pending:
             await logf.write(encode_records(name, pending, now=time.time()))
-            await logf.flush()
 
     async def _terminate(self, grace: float, exited: trio.Event) -> None:
         pgid = self._pgid

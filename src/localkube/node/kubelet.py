@@ -29,7 +29,7 @@ from localkube.controllers.events import EventRecorder
 from localkube.controllers.informer import Informer, KeyedQueue, ObjectKey
 from localkube.controllers.kubeapi import ApiStatusError, Kube, collection_path
 from localkube.node.config import NodeConfig
-from localkube.node.ipam import allocate_pod_ip
+from localkube.node.ipam import allocate_pod_ip, listening_addresses
 from localkube.node.layout import pods_dir
 from localkube.node.podstatus import rfc3339
 from localkube.node.podworker import NodeServices, PodWorker
@@ -222,6 +222,7 @@ class Kubelet:
         else:
             taken = set(self.used_ips)
             taken.update((p.get("status") or {}).get("podIP", "") for p in self.pods.cache.values())
+            taken.update(listening_addresses())  # another dev cluster's Pods and Services
             ip = allocate_pod_ip(taken)
         self.used_ips.add(ip)
         worker = PodWorker(self.services_for_pods, pod, ip)

@@ -19,12 +19,14 @@ cluster's state directory, uid the stored Pod's ``metadata.uid``), then call
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -235,28 +237,48 @@ async def follow_log(
     """
     path = log_file(log_dir, container)
     exited = path.with_suffix(".exited")
-    data = await trio.Path(path).read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]
-    offset = len(complete)
-    first = render(
-        parse_records(complete),
-        tail_lines=tail_lines,
-        since_seconds=since_seconds,
-        timestamps=timestamps,
-    )
-    if first:
-        yield first
-    while True:
-        done = await trio.Path(exited).exists()
-        async with await trio.open_file(path, "rb") as f:
-            await f.seek(offset)
+    f = await trio.open_file(path, "rb")
+    try:
+        data = await f.read()
+        complete = data[: data.rfind(b"\n") + 1]
+        await f.seek(len(complete))
+        first = render(
+            parse_records(complete),
+            tail_lines=tail_lines,
+            since_seconds=since_seconds,
+            timestamps=timestamps,
+        )
+        if first:
+            yield first
+        while True:
+            done = await trio.Path(exited).exists()
             chunk = await f.read()
-        complete = chunk[: chunk.rfind(b"\n") + 1]
-        if complete:
-            offset += len(complete)
-            yield render(parse_records(complete), timestamps=timestamps)
-            continue
-        runs = run_numbers(log_dir / container)
-        if done or (runs and runs[-1] > int(path.stem)):
-            return
-        await trio.sleep(poll_interval)
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            if len(complete) < len(chunk):
+                await f.seek(len(complete) - len(chunk), 1)  # keep a partial record for later
+            if complete:
+                yield render(parse_records(complete), timestamps=timestamps)
+                continue
+            if await _rotated(path, f):
+                # the node rotated the file (localkube.node.logrotate): everything of the old
+                # one is read, go on with the new one from its start
+                await f.aclose()
+                f = await trio.open_file(path, "rb")
+                continue
+            runs = run_numbers(log_dir / container)
+            if done or (runs and runs[-1] > int(path.stem)):
+                return
+            await trio.sleep(poll_interval)
+    finally:
+        with trio.CancelScope(shield=True):
+            await f.aclose()
+
+
+async def _rotated(path: Path, f: Any) -> bool:
+    """Whether ``path`` now names another file than the open ``f``."""
+    try:
+        current = await trio.Path(path).stat()
+    except FileNotFoundError:
+        return False  # between the rename and the new file: look again next time
+    opened = os.fstat(f.fileno())
+    return (current.st_dev, current.st_ino) != (opened.st_dev, opened.st_ino)

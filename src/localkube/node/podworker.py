@@ -277,6 +277,7 @@ class PodWorker:
         base.update(
             HOME=str(self.paths.workspace),
             HOSTNAME=self.name,
+            KRT_POD_IP=self.ip,
             KRT_POD_ROOT=str(self.paths.root),
             KRT_POD_WORKSPACE=str(self.paths.workspace),
         )
@@ -310,6 +311,7 @@ class PodWorker:
             observation=obs,
             backoff=CrashBackoff(cfg.backoff_initial, cfg.backoff_cap),
             record=self._recorder(container["name"], kind),
+            log_limits=cfg.log_limits,
         )
         self.runners.append(runner)
         return runner

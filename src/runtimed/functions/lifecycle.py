@@ -321,6 +321,9 @@ class FunctionLifecycle:
     async def reconcile(self, obj: Obj) -> Requeue | None:
         """Drive one function Run (as read from the cache) as far as it goes without waiting.
 
+        Calls for one Run must not overlap (the work queue of :meth:`run` serialises them per
+        key); prefer enqueueing (:meth:`on_run_event`, :meth:`adopt`) over calling this.
+
         Args:
             obj: the Run object (a task Run is ignored).
 

@@ -6,12 +6,22 @@ for a moment (so its ReplicaSet created a surplus Pod), ...
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
-from lk_node_helpers import DEPLOYMENTS, PODS, deployment, pod
+from lk_node_helpers import DEPLOYMENTS, PODS, SERVICES, deployment, eventually, pod, ready_pods
 
+from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster
+from localkube.controllers.events import EventRecorder
 from localkube.controllers.kubeapi import Kube
+from localkube.node import ipam, logs
+from localkube.node.ipam import listening_addresses, parse_listening
+from localkube.node.layout import PodPaths
+from localkube.node.logrotate import LogLimits, RotatingLog, prune_runs
+from localkube.node.logs import encode_records, follow_log
+from localkube.node.process import CONTAINER_MARK_ENV, PidRecord, alive, kill_leftover_groups
 
 CRASH = {
     "name": "main",
@@ -43,6 +53,11 @@ async def watch_until(
     raise AssertionError("watch ended")
 
 
+def listing(directory: Path) -> dict[str, int]:
+    """File name -> size in bytes."""
+    return {p.name: p.stat().st_size for p in directory.iterdir()}
+
+
 def restarts(p: dict[str, Any]) -> int:
     statuses = (p.get("status") or {}).get("containerStatuses") or [{}]
     return int(statuses[0].get("restartCount", 0))
@@ -58,7 +73,8 @@ async def test_crash_looping_pod_with_restart_always_never_turns_terminal(kube: 
         create=(PODS, pod("crashy", CRASH)),
     )
     phases = [(p.get("status") or {}).get("phase") for p in seen]
-    assert "Failed" not in phases and "Succeeded" not in phases, phases
+    assert "Failed" not in phases, phases
+    assert "Succeeded" not in phases, phases
     assert phases[-1] == "Running"
 
 
@@ -70,3 +86,320 @@ async def test_replicaset_of_a_crash_looping_pod_creates_no_surplus_pods(kube: K
         create=(DEPLOYMENTS, deployment("crashdep", 1, CRASH)),
     )
     assert len({p["metadata"]["name"] for p in seen}) == 1
+
+
+# --- bounded logs ---------------------------------------------------------------------
+
+
+async def test_rotating_log_bounds_one_runs_files(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    record = b"x" * 99 + b"\n"
+    async with RotatingLog(path, max_bytes=1000, max_files=3) as log:
+        for _ in range(100):
+            await log.write(record)
+    assert listing(tmp_path) == {"0.log": 1000, "0.log.1": 1000, "0.log.2": 1000}
+    # the newest records are in the current file, whole
+    assert path.read_bytes().endswith(record)
+    assert path.stat().st_size == 1000
+
+
+async def test_rotating_log_with_one_file_truncates_and_rejects_bad_limits(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "0.log"
+    async with RotatingLog(path, max_bytes=10, max_files=1) as log:
+        await log.write(b"123456789\n")
+        await log.write(b"abc\n")
+    assert listing(tmp_path) == {"0.log": 4}
+    assert path.read_bytes() == b"abc\n"
+    with pytest.raises(ValueError, match="max_bytes must be >= 1, got 0"):
+        RotatingLog(path, max_bytes=0, max_files=1)
+    with pytest.raises(ValueError, match="max_files must be >= 1, got 0"):
+        LogLimits(max_files=0)
+
+
+def test_prune_runs_keeps_the_current_and_previous_run(tmp_path: Path) -> None:
+    for name in ("0.log", "0.log.1", "0.exited", "1.log", "1.exited", "2.log", "2.log.1"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "notes.txt").write_bytes(b"")
+    removed = prune_runs(tmp_path, keep_from=1)
+    assert [p.name for p in removed] == ["0.exited", "0.log", "0.log.1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "1.exited",
+        "1.log",
+        "2.log",
+        "2.log.1",
+        "notes.txt",
+    ]
+    assert prune_runs(tmp_path / "missing", keep_from=5) == []
+
+
+async def test_follow_log_continues_across_a_rotation(tmp_path: Path) -> None:
+    container_dir = tmp_path / "c"
+    container_dir.mkdir()
+    path = container_dir / "0.log"
+    lines = [f"line {i}".encode() for i in range(30)]
+    got: list[bytes] = []
+
+    async def follow() -> None:
+        async for chunk in follow_log(tmp_path, "c", poll_interval=0.01):
+            got.append(chunk)
+
+    path.write_bytes(b"")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow)
+        async with RotatingLog(path, max_bytes=200, max_files=2) as log:
+            for ln in lines:
+                await log.write(encode_records("stdout", ln + b"\n", now=1.0))
+                await trio.sleep(0.02)
+        path.with_suffix(".exited").touch()
+    assert b"".join(got) == b"".join(ln + b"\n" for ln in lines)
+
+
+async def test_a_chatty_container_cannot_fill_the_disk(tmp_path: Path) -> None:
+    """kubelet: container logs rotate at containerLogMaxSize, containerLogMaxFiles kept."""
+    limits = LogLimits(max_bytes=64 * 1024, max_files=2)
+    async with trio.open_nursery() as nursery:
+        handle: ClusterHandle = await nursery.start(
+            serve_cluster,
+            ClusterConfig(
+                state_dir=tmp_path / "state",
+                backoff_initial=0.2,
+                shutdown_grace=1.0,
+                log_limits=limits,
+            ),
+        )
+        kube = handle.kube
+        chatty = {
+            "name": "main",
+            "image": "localkube/python",
+            "args": [
+                "-c",
+                "import sys\nfor i in range(20000): sys.stdout.write(f'line {i} ' + 'x' * 100 + '\\n')\n"
+                "sys.stdout.flush()\nimport time; time.sleep(60)",
+            ],
+        }
+        p = await kube.create(PODS, pod("chatty", chatty))
+        paths = PodPaths.for_pod(handle.state_dir, "default", "chatty", p["metadata"]["uid"])
+
+        # the log exists but the rotated file count stays bounded
+        async def wrote_everything() -> bool:
+            try:
+                data = (paths.log_dir / "main" / "0.log").read_bytes()
+            except OSError:
+                return False
+            return b"line 19999 " in data
+
+        await eventually(wrote_everything, what="last line logged")
+        files = list((paths.log_dir / "main").iterdir())
+        assert sorted(f.name for f in files) == ["0.log", "0.log.1"]
+        assert sum(f.stat().st_size for f in files) <= 2 * limits.max_bytes
+        # served logs: the current file, whole lines, newest last
+        tail = logs.read_log(paths.log_dir, "main", tail_lines=1)
+        assert tail.startswith(b"line 19999 ")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_crash_looping_container_keeps_only_two_runs_of_logs(
+    kube: Kube, cluster: ClusterHandle
+) -> None:
+    seen = await watch_until(
+        kube,
+        {"fieldSelector": "metadata.name=crashlogs"},
+        lambda p: restarts(p) >= 4,
+        create=(PODS, pod("crashlogs", CRASH)),
+    )
+    paths = PodPaths.for_pod(cluster.state_dir, "default", "crashlogs", seen[-1]["metadata"]["uid"])
+    names = {f.name for f in (paths.log_dir / "main").iterdir()}
+    assert {"0.log", "1.log", "2.log"}.isdisjoint(names), names
+    assert "4.log" in names or "3.log" in names
+    assert len([n for n in names if n.endswith(".log")]) <= 2
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+async def test_repeated_events_are_aggregated_into_one_object(kube: Kube) -> None:
+    """client-go's EventCorrelator: a repeated Event bumps ``count`` and ``lastTimestamp``
+    of the first instead of adding an object per occurrence (a failing probe every second
+    would otherwise grow the store without bound)."""
+    target = await kube.create(PODS, pod("evented", {"name": "c", "image": "nope/nope"}))
+    recorder = EventRecorder(kube, "tester")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(recorder.run)
+        for _ in range(5):
+            recorder.record(target, "Warning", "Unhealthy", "Readiness probe failed")
+        recorder.record(target, "Warning", "Unhealthy", "Liveness probe failed")
+
+        async def aggregated() -> list[dict[str, Any]] | None:
+            items = (await kube.list("/api/v1/namespaces/default/events"))["items"]
+            mine = [
+                e
+                for e in items
+                if e["involvedObject"]["name"] == "evented"
+                and e["reason"] == "Unhealthy"
+                and e["source"].get("host") == "tester"
+            ]
+            counts = sorted(e.get("count") for e in mine)
+            return mine if counts == [1, 5] else None
+
+        events = await eventually(aggregated, what="two aggregated Events")
+        nursery.cancel_scope.cancel()
+    readiness = next(e for e in events if e["message"] == "Readiness probe failed")
+    assert readiness["lastTimestamp"] >= readiness["firstTimestamp"]
+
+
+# --- the test image -------------------------------------------------------------------------
+
+
+async def test_tcp_echo_without_env_serves_on_its_own_pod_ip(kube: Kube) -> None:
+    """A new user's first Deployment: no POD_IP fieldRef. Every replica must bind its own
+    Pod address (localkube's ``KRT_POD_IP``), not all fight over 127.0.0.1:8080."""
+    bare = {
+        "name": "echo",
+        "image": "localkube/tcp-echo",
+        "ports": [{"containerPort": 8080}],
+        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+    }
+    await kube.create(DEPLOYMENTS, deployment("bare", 2, bare))
+    pods = await ready_pods(kube, "bare", 2)
+    for p in pods:
+        stream = await trio.open_tcp_stream(p["status"]["podIP"], 8080)
+        async with stream:
+            assert await stream.receive_some(100)
+        assert restarts(p) == 0
+
+
+# --- two clusters side by side ----------------------------------------------------------
+
+
+def test_parse_listening_reads_proc_net_tcp() -> None:
+    text = (
+        "  sl  local_address rem_address   st tx_queue rx_queue\n"
+        "   0: F4C9007F:01BB 00000000:0000 0A 00000000:00000000\n"  # 127.0.201.244:443 LISTEN
+        "   1: 0100007F:1F90 0200007F:C350 01 00000000:00000000\n"  # established: ignored
+        "   2: 2A15007F:1B58 00000000:0000 0A 00000000:00000000\n"  # 127.0.21.42:7000 LISTEN
+        "   3: garbage\n"
+    )
+    assert parse_listening(text) == {"127.0.201.244", "127.0.21.42"}
+
+
+async def test_addresses_another_cluster_listens_on_are_not_allocated(
+    kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another dev cluster's Pod or Service proxy holds an address: ours must not take it,
+    or its port binds fail (Pod crash loop, Service proxy never listening)."""
+    monkeypatch.setattr(ipam, "_POD_ADDRESSES", ["127.0.5.5", "127.0.5.6"])
+    monkeypatch.setattr(ipam, "_SERVICE_ADDRESSES", ["127.0.205.5", "127.0.205.6"])
+    busy = []
+    for ip in ("127.0.5.5", "127.0.205.5"):
+        sock = trio.socket.socket()
+        await sock.bind((ip, 0))
+        sock.listen()
+        busy.append(sock)
+    try:
+        assert {"127.0.5.5", "127.0.205.5"} <= listening_addresses()
+        await kube.create(PODS, pod("neighbour", {"name": "c", "image": "localkube/tcp-echo"}))
+        svc = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "neighbour", "namespace": "default"},
+            "spec": {"selector": {"app": "neighbour"}, "ports": [{"port": 80}]},
+        }
+        await kube.create(SERVICES, svc)
+
+        async def addresses() -> tuple[str, str] | None:
+            p = await kube.get(f"{PODS}/neighbour")
+            s = await kube.get(f"{SERVICES}/neighbour")
+            pod_ip = ((p or {}).get("status") or {}).get("podIP")
+            cluster_ip = ((s or {}).get("spec") or {}).get("clusterIP")
+            return (pod_ip, cluster_ip) if pod_ip and cluster_ip else None
+
+        assert await eventually(addresses, what="addresses") == ("127.0.5.6", "127.0.205.6")
+    finally:
+        for sock in busy:
+            sock.close()
+
+
+# --- processes that leave their process group -------------------------------------------
+
+DAEMONIZE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()  # a new session: out of the container's process group
+    if os.fork() == 0:
+        with open("daemon.pid", "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            time.sleep(1)
+    os._exit(0)
+print("started", flush=True)
+time.sleep(600)
+"""
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+async def test_a_daemonized_descendant_dies_with_its_pod(
+    kube: Kube, cluster: ClusterHandle
+) -> None:
+    """On Kubernetes a container's cgroup takes every descendant with it; here a process
+    that left the container's process group (setsid) must still be killed."""
+    created = await kube.create(
+        PODS,
+        pod(
+            "daemonizer",
+            {"name": "main", "image": "localkube/python", "args": ["-c", DAEMONIZE]},
+            terminationGracePeriodSeconds=1,
+        ),
+    )
+    paths = PodPaths.for_pod(cluster.state_dir, "default", "daemonizer", created["metadata"]["uid"])
+    pid_file = paths.workspace / "daemon.pid"
+
+    async def daemon_pid() -> int | None:
+        return read_pid(pid_file)
+
+    daemon = await eventually(daemon_pid, what="daemon started")
+    assert alive(daemon, None)
+    await kube.delete(f"{PODS}/daemonizer")
+    await eventually(lambda: _gone(kube, "daemonizer"), what="Pod deleted")
+    await eventually(lambda: _dead(daemon), seconds=3, what="daemon killed")
+
+
+async def _gone(kube: Kube, name: str) -> bool:
+    return await kube.get(f"{PODS}/{name}") is None
+
+
+async def _dead(pid: int) -> bool:
+    return not alive(pid, None)
+
+
+async def test_leftover_cleanup_also_kills_descendants_that_left_the_group(
+    tmp_path: Path,
+) -> None:
+    """``krt dev down`` after a crashed node: the pid file's leader is gone, but a
+    daemonized descendant of the container (its own session) still runs."""
+    mark = "default_x_uid/main/0"
+    env = {"PATH": "/usr/bin:/bin", CONTAINER_MARK_ENV: mark}
+    proc = await trio.lowlevel.open_process(["sleep", "300"], env=env, start_new_session=True)
+    try:
+        record = PidRecord(999_999, 999_999, 1, mark=mark)  # a leader long gone
+        record.write(tmp_path / "pod" / "run" / "main.pid")
+        assert read_record(tmp_path / "pod" / "run" / "main.pid") == record
+        kill_leftover_groups(tmp_path)
+        with trio.fail_after(3):
+            await proc.wait()
+        assert proc.returncode == -9
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def read_record(path: Path) -> PidRecord | None:
+    return PidRecord.read(path)

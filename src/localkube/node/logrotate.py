@@ -1,0 +1,150 @@
+"""Bounded container log files: size-based rotation and pruning of old runs.
+
+The kubelet keeps container logs bounded: a log file that reaches ``containerLogMaxSize``
+(10 MiB) is rotated, at most ``containerLogMaxFiles`` (5) files are kept per container run,
+and only the current and the previous run of a container are kept. localkube does the
+same, so a container printing without pause, or crash-looping for days, cannot fill the
+disk. Layout (see :mod:`localkube.node.layout`)::
+
+    logs/<container>/<N>.log       the run's current file (what ``kubectl logs`` reads)
+    logs/<container>/<N>.log.1     the newest rotated file ... <N>.log.<max_files - 1>
+
+Rotation renames ``<N>.log`` away and starts a new one, so a reader that follows the log
+keeps its open file to the end and then reopens the path (see
+:func:`localkube.node.logs.follow_log`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+#: Default size in bytes at which a container log file is rotated (kubelet: 10 MiB).
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+#: Default number of files kept per container run, the current one included (kubelet: 5).
+DEFAULT_MAX_FILES = 5
+
+
+@dataclass(frozen=True)
+class LogLimits:
+    """How large one container run's logs may grow.
+
+    Attributes:
+        max_bytes: size in bytes at which the current file is rotated (>= 1).
+        max_files: files kept per run, the current one included (>= 1).
+    """
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_files: int = DEFAULT_MAX_FILES
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1:
+            raise ValueError(f"log max_bytes must be >= 1, got {self.max_bytes}")
+        if self.max_files < 1:
+            raise ValueError(f"log max_files must be >= 1, got {self.max_files}")
+
+
+_RUN_FILE = re.compile(r"^(\d+)\.(log(?:\.\d+)?|exited)$")
+
+
+def rotated_path(path: Path, index: int) -> Path:
+    """``<N>.log`` -> ``<N>.log.<index>``."""
+    return path.with_name(f"{path.name}.{index}")
+
+
+class RotatingLog:
+    """Appends CRI log records to one container run's file, rotating it by size.
+
+    Args:
+        path: ``logs/<container>/<N>.log``.
+        max_bytes: rotate before a write would make the file larger than this (bytes, >= 1).
+            A single write larger than the limit goes into a fresh file on its own.
+        max_files: files kept for this run, the current one included (>= 1); with 1 the
+            file is truncated instead of renamed.
+
+    Raises:
+        ValueError: if ``max_bytes`` or ``max_files`` is below 1.
+
+    Use as ``async with RotatingLog(...) as log: await log.write(data)``. Writers may run
+    concurrently (stdout and stderr pumps): writes are serialised.
+    """
+
+    def __init__(self, path: Path, *, max_bytes: int, max_files: int) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"log max_bytes must be >= 1, got {max_bytes}")
+        if max_files < 1:
+            raise ValueError(f"log max_files must be >= 1, got {max_files}")
+        self.path = path
+        self.max_bytes = max_bytes
+        self.max_files = max_files
+        self._file: Any = None
+        self._size = 0
+        self._lock = trio.Lock()
+
+    async def __aenter__(self) -> RotatingLog:
+        self._file = await trio.open_file(self.path, "ab")
+        self._size = (await trio.Path(self.path).stat()).st_size
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._file is not None:
+            with trio.CancelScope(shield=True):
+                await self._file.aclose()
+            self._file = None
+
+    async def write(self, data: bytes) -> None:
+        """Append ``data`` (whole CRI records) and flush, rotating first if needed."""
+        if not data:
+            return
+        async with self._lock:
+            if self._size and self._size + len(data) > self.max_bytes:
+                await self._rotate()
+            await self._file.write(data)
+            await self._file.flush()
+            self._size += len(data)
+
+    async def _rotate(self) -> None:
+        await self._file.aclose()
+        await trio.to_thread.run_sync(_shift, self.path, self.max_files)
+        self._file = await trio.open_file(self.path, "ab")
+        self._size = 0
+
+
+def _shift(path: Path, max_files: int) -> None:
+    """Rename ``<N>.log.k`` -> ``<N>.log.k+1`` (dropping the oldest), ``<N>.log`` -> ``.1``."""
+    if max_files == 1:
+        path.unlink(missing_ok=True)
+        return
+    rotated_path(path, max_files - 1).unlink(missing_ok=True)
+    for index in range(max_files - 2, 0, -1):
+        older = rotated_path(path, index)
+        if older.exists():
+            older.replace(rotated_path(path, index + 1))
+    path.replace(rotated_path(path, 1))
+
+
+def prune_runs(container_dir: Path, *, keep_from: int) -> list[Path]:
+    """Delete the log files of runs numbered below ``keep_from`` (blocking file I/O).
+
+    The node calls it with ``keep_from = N - 1`` when run ``N`` starts, so the current
+    and the previous run (``kubectl logs --previous``) are kept, as the kubelet does.
+
+    Returns:
+        The files deleted.
+    """
+    removed: list[Path] = []
+    try:
+        names = os.listdir(container_dir)
+    except OSError:
+        return removed
+    for name in names:
+        m = _RUN_FILE.match(name)
+        if m and int(m.group(1)) < keep_from:
+            (container_dir / name).unlink(missing_ok=True)
+            removed.append(container_dir / name)
+    return sorted(removed)
