@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -196,7 +197,7 @@ def run_krm(env: dict[str, str], invokes: int) -> None:
     print("Validation results:")
     print(resource_list.format_results(transformed))
     ordered = sorted(latencies)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * len(ordered))) - 1)]
+    p90 = ordered[math.ceil(0.9 * len(ordered)) - 1]  # nearest rank
     print(
         f"\nInvoke latency over {len(latencies)} invokes (client -> gateway -> runtimed -> "
         f"Python Runtime Server and back): p50 {statistics.median(latencies):.1f} ms, "

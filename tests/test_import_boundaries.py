@@ -1,7 +1,11 @@
-"""Layering rules: production packages never import localkube or test helpers.
+"""Layering rules: production packages never import localkube, test helpers or each other.
 
 DESIGN.md: localkube is "never imported by production code"; only the ``krt dev`` commands
 (which start a local cluster) may import it, and only lazily inside the command.
+
+DESIGN.md, "one room per component": the components (gateway, runtimed, servers) import only
+the shared core ``krt`` (and their own package), never one another, and ``krt`` imports none
+of them. Shared machinery (gRPC plumbing, Events, logging) lives in ``krt``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,47 @@ def test_production_code_never_imports_localkube_or_tests(path: Path) -> None:
             pytest.fail(f"{rel}:{line} imports test code ({module})")
         if root == "localkube" and not (rel in ALLOWED_LAZY and not top):
             pytest.fail(f"{rel}:{line} imports localkube ({module}); production code must not")
+
+
+COMPONENTS = {"gateway", "runtimed", "servers"}
+
+
+def _component_import_violation(rel: str, module: str) -> str | None:
+    """Why importing ``module`` from the file ``rel`` (relative to src/) breaks the layering."""
+    owner = rel.split("/")[0]
+    root = module.split(".")[0]
+    if root not in COMPONENTS or root == owner:
+        return None
+    if owner == "krt":
+        return f"krt must not import the component package {root!r} ({module})"
+    return f"{owner} must not import another component ({module}); share code through krt"
+
+
+@pytest.mark.parametrize("path", _production_files(), ids=lambda p: str(p.relative_to(SRC)))
+def test_components_import_only_krt_and_krt_imports_no_component(path: Path) -> None:
+    rel = str(path.relative_to(SRC))
+    for module, line, _ in _imports(ast.parse(path.read_text(), str(path))):
+        reason = _component_import_violation(rel, module)
+        if reason is not None:
+            pytest.fail(f"{rel}:{line}: {reason}")
+
+
+@pytest.mark.parametrize(
+    ("rel", "module", "allowed"),
+    [
+        ("runtimed/dataplane/proxy.py", "gateway.grpc_client", False),
+        ("gateway/app.py", "runtimed.metrics", False),
+        ("servers/common/app.py", "runtimed", False),
+        ("krt/cli/run_cmd.py", "gateway.targets", False),
+        ("krt/kube/events.py", "servers.common", False),
+        ("runtimed/tasks.py", "runtimed.identity", True),
+        ("gateway/app.py", "krt.grpc.client", True),
+        ("servers/python/adapter.py", "servers.common.validation", True),
+        ("gateway/app.py", "gatewayish", True),
+    ],
+)
+def test_the_component_rule_sees_violations(rel: str, module: str, allowed: bool) -> None:
+    assert (_component_import_violation(rel, module) is None) is allowed
 
 
 def test_the_boundary_check_sees_violations() -> None:

@@ -16,7 +16,6 @@ from functools import partial
 import click
 import trio
 
-from gateway import logs
 from gateway.pool import DEFAULT_CONNECT_TIMEOUT_SECONDS
 from gateway.server import (
     DEFAULT_GRACE_SECONDS,
@@ -35,7 +34,8 @@ from gateway.targets import (
     StaticResolver,
     parse_target_override,
 )
-from krt.controlplane.naming import RUNTIMED_GRPC_PORT
+from krt import logs
+from krt.api.naming import RUNTIMED_GRPC_PORT
 
 log = logging.getLogger("gateway.main")
 
@@ -186,7 +186,15 @@ def main(
             "--tls-cert-file and --tls-key-file are required: the gateway serves HTTPS only, "
             "because every request carries a Kubernetes bearer token (plaintext is refused)"
         )
-    logs.configure(level=getattr(logging, log_level.upper()))
+    logs.configure(
+        level=log_level,
+        # krt.grpc: the connection pool's gRPC client. hypercorn's error log at WARNING and
+        # above; its access log is off (the gateway logs each invocation itself, without the
+        # Authorization header).
+        loggers=("gateway", "krt.grpc"),
+        floors={"hypercorn.error": logging.WARNING},
+        line_format=logs.EPOCH_LINES,
+    )
     try:
         config = GatewayConfig(
             tls_cert_file=tls_cert_file,

@@ -19,7 +19,6 @@ from typing import Final
 
 import trio
 
-from gateway.asgi import Receive, Scope, Send, answer_lifespan, send_response
 from gateway.errors import HttpError
 from gateway.invoke import Invoker, InvokeRequest, InvokeResult
 from gateway.logs import InvocationLog
@@ -37,6 +36,7 @@ from gateway.validation import (
 )
 from krt.api.endpoint import FunctionEndpointRef, parse_function_endpoint_path
 from krt.api.errors import EndpointPathError
+from krt.asgi import Receive, Scope, Send, answer_lifespan, send_response
 
 log = logging.getLogger("gateway.invoke")
 

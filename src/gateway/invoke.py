@@ -24,10 +24,10 @@ import trio
 from google.protobuf.message import DecodeError
 
 from gateway.errors import HttpError
-from gateway.grpc_client import ConnectionLostError, GrpcStatusError
 from gateway.mapping import error_for_status, output_content_type, outputs_header, unavailable
 from gateway.pool import ChannelPool, ConnectFailedError, PoolKey
 from krt.api.endpoint import FunctionEndpointRef
+from krt.grpc.client import ConnectionLostError, GrpcStatusError
 from krt.proto.executor.v1 import runtime_pb2 as pb
 
 SERVICE: Final = "executor.v1.FunctionRuntime"

@@ -35,9 +35,9 @@ from typing import Final
 from purerpc.grpclib.status import StatusCode
 
 from gateway.errors import HttpError
-from gateway.grpc_client import Metadata
 from krt.api.errors import OutputsError
 from krt.api.outputs import validate_outputs
+from krt.grpc.client import Metadata
 
 #: Response header carrying the invocation's structured outputs as a JSON object.
 OUTPUTS_HEADER: Final = "x-kruntime-outputs"

@@ -1,22 +1,19 @@
-"""Prometheus metrics of the gateway and the plain-HTTP ASGI app serving them.
+"""Prometheus metrics of the gateway.
 
 Issue 8, Observability: invocations by HTTP status code, a latency histogram and the number
 of invocations in flight; plus upstream connection attempts and open connections. Metrics
 live in their own :class:`~prometheus_client.CollectorRegistry` (one per gateway), so tests
 and several gateways in one process never collide. ``/metrics`` and ``/healthz`` are served
-on a separate plain-HTTP port (``--metrics-addr``) by :func:`metrics_app`: they carry no
-caller data and no tokens.
+on a separate plain-HTTP port (``--metrics-addr``) by :func:`krt.metrics_server.metrics_app`:
+they carry no caller data and no tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import generate_latest
-
-from gateway.asgi import Receive, Scope, Send, answer_lifespan, send_response
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 #: Latency buckets (seconds): sub-millisecond resolution where the target p50/p99 live.
 LATENCY_BUCKETS: Final = (
@@ -81,32 +78,3 @@ class GatewayMetrics:
         """Count one finished invoke request with HTTP status ``code`` taking ``seconds``."""
         self.invocations.labels(code=str(code)).inc()
         self.latency.observe(seconds)
-
-    def exposition(self) -> bytes:
-        """The registry in the Prometheus text format."""
-        return bytes(generate_latest(self.registry))
-
-
-def metrics_app(metrics: GatewayMetrics) -> Callable[[Scope, Receive, Send], Any]:
-    """An ASGI app serving ``GET /metrics`` and ``GET /healthz`` (everything else 404).
-
-    Args:
-        metrics: the gateway's metrics.
-    """
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await answer_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        if scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
-            await send_response(
-                send, 200, metrics.exposition(), [("content-type", CONTENT_TYPE_LATEST)]
-            )
-        elif scope["path"] == "/healthz" and scope["method"] in ("GET", "HEAD"):
-            await send_response(send, 200, b"ok\n", [("content-type", "text/plain")])
-        else:
-            await send_response(send, 404, b"not found\n", [("content-type", "text/plain")])
-
-    return app

@@ -23,13 +23,13 @@ from typing import Final
 
 import trio
 
-from gateway.grpc_client import (
+from gateway.targets import Resolver, Target
+from krt.grpc.client import (
     DEFAULT_MAX_MESSAGE_BYTES,
     ConnectionLostError,
     GrpcConnection,
     Metadata,
 )
-from gateway.targets import Resolver, Target
 
 log = logging.getLogger("gateway.pool")
 

@@ -33,13 +33,16 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from gateway.app import GatewayApp
 from gateway.invoke import Invoker
-from gateway.metrics import GatewayMetrics, metrics_app
+from gateway.metrics import GatewayMetrics
 from gateway.pool import DEFAULT_CONNECT_TIMEOUT_SECONDS, open_channel_pool
 from gateway.targets import DnsResolver, Resolver
+from krt.api import limits
+from krt.metrics_server import metrics_app
 
 log = logging.getLogger("gateway.server")
 
-DEFAULT_TIMEOUT_SECONDS: Final = 30.0
+#: Seed 002: an invocation without a timeout gets this bounded default (seconds).
+DEFAULT_TIMEOUT_SECONDS: Final = limits.DEFAULT_INVOKE_TIMEOUT_SECONDS
 DEFAULT_MAX_TIMEOUT_SECONDS: Final = 300.0
 DEFAULT_GRACE_SECONDS: Final = 0.5
 DEFAULT_RETRY_AFTER_SECONDS: Final = 1
@@ -189,7 +192,7 @@ async def serve_gateway(
         # our apps are raw ASGI callables typed with plain mappings; hypercorn's stubs want
         # its TypedDict scopes
         invoke_app: Any = app
-        plain_app: Any = metrics_app(metrics)
+        plain_app: Any = metrics_app(metrics.registry)
         async with trio.open_nursery() as nursery:
             metrics_url = None
             if config.metrics_bind is not None:

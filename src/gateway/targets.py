@@ -1,7 +1,7 @@
 """Where a Runtime's invokes go: the Runtime's Service on runtimed's gRPC port.
 
 Seed 000, Runtime Gateway: the gateway "calls the Kubernetes Service for that Runtime on its
-dedicated gRPC port". The Service name and port come from :mod:`krt.controlplane.naming` (the
+dedicated gRPC port". The Service name and port come from :mod:`krt.api.naming` (the
 controller creates the Service under that name), so the gateway never reads the Kubernetes
 API to route.
 
@@ -27,7 +27,7 @@ from typing import Protocol
 
 import trio
 
-from krt.controlplane.naming import RUNTIMED_GRPC_PORT, runtime_service_name
+from krt.api.naming import RUNTIMED_GRPC_PORT, runtime_service_name
 
 log = logging.getLogger("gateway.targets")
 
@@ -81,7 +81,7 @@ class DnsResolver:
     """``<service>.<namespace>.svc`` on runtimed's gRPC port; the OS resolver does the rest.
 
     Args:
-        port: the gRPC port (default :data:`~krt.controlplane.naming.RUNTIMED_GRPC_PORT`).
+        port: the gRPC port (default :data:`~krt.api.naming.RUNTIMED_GRPC_PORT`).
     """
 
     def __init__(self, *, port: int = RUNTIMED_GRPC_PORT) -> None:

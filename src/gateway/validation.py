@@ -25,11 +25,12 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 from gateway.errors import HttpError
+from krt.api import limits
 
 #: Seed 000, Invoke Contract: "request body: 1 MiB".
-MAX_BODY_BYTES: Final = 1024 * 1024
+MAX_BODY_BYTES: Final = limits.MAX_INVOKE_INPUT_BYTES
 #: Seed 000/002: "invocation ID: 128 bytes".
-MAX_INVOCATION_ID_BYTES: Final = 128
+MAX_INVOCATION_ID_BYTES: Final = limits.MAX_INVOCATION_ID_BYTES
 
 INVOCATION_ID_HEADER: Final = b"x-kruntime-invocation-id"
 TIMEOUT_HEADER: Final = b"x-kruntime-timeout"

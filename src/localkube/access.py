@@ -210,6 +210,33 @@ class Access:
         return rbac.rules_for(user, namespace, self.rbac)
 
 
+def name_from_field_selector(selector: str) -> str:
+    """Return the object name a list/watch field selector pins, as kube-apiserver's RBAC sees it.
+
+    ``RequestInfoFactory`` gives a list or watch with ``fieldSelector=metadata.name=N`` (or
+    ``==``) the name N, so ``resourceNames`` rules allow watching a single object (what
+    ``kubectl get cm x -w`` and single-object informers do). Names that are not valid path
+    segments are ignored.
+
+    Args:
+        selector: the raw ``fieldSelector`` query value.
+
+    Returns:
+        The name, or ``""`` when the selector does not require one exact name.
+    """
+    for term in selector.split(","):
+        field, op, value = term.partition("=")
+        if not op or field.endswith("!"):
+            continue
+        value = value.removeprefix("=")
+        if field.strip() == "metadata.name":
+            value = value.strip()
+            if value in (".", "..") or "/" in value or "%" in value:
+                return ""
+            return value
+    return ""
+
+
 def request_attributes(
     *,
     method: str,

@@ -9,8 +9,10 @@
   an unvalidated kind. Its ``status`` (conditions Established/NamesAccepted, acceptedNames,
   storedVersions) is set here, and its kinds are served from the moment it is stored.
 * Pods, Deployments, ReplicaSets, Services and Secrets get the defaults of
-  :mod:`localkube.defaults`; Pods, Deployments and ReplicaSets the checks of
-  :mod:`localkube.validation`.
+  :mod:`localkube.defaults`; Pods, Deployments, ReplicaSets, ConfigMaps and Secrets the
+  checks of :mod:`localkube.validation`.
+* Role, ClusterRole and binding writes by a request's caller go through RBAC escalation
+  prevention (:mod:`localkube.auth.escalation`).
 * A custom object is validated, defaulted and pruned by its version's validator (transition
   rules get the old object on update); errors answer 422 with field paths.
 """
@@ -20,8 +22,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from localkube import objects, storage
+from localkube.access import StoreRbac
+from localkube.auth import escalation
+from localkube.auth.rbac import RBAC_GROUP
 from localkube.defaults import DEFAULTERS
 from localkube.errors import ApiError, FieldError, invalid
+from localkube.request_user import CURRENT_USER
 from localkube.resources import CRDError, ResourceRegistry, ResourceType
 from localkube.validation import VALIDATORS
 
@@ -234,9 +240,13 @@ class Admission:
 
         Raises:
             ApiError: 422 Invalid with field causes; 400 BadRequest for unknown fields
-                under ``strict``.
+                under ``strict``; 403 Forbidden when the request's caller would grant RBAC
+                permissions it does not hold (:mod:`localkube.auth.escalation`).
         """
         name = str(obj.get("metadata", {}).get("name", ""))
+        user = CURRENT_USER.get()
+        if user is not None and rt.group == RBAC_GROUP:
+            escalation.check_write(user, rt.plural, obj, old, StoreRbac(self.store))
         if rt.storage_key == "/namespaces":
             spec = obj.setdefault("spec", {})
             if old is None:
@@ -375,9 +385,12 @@ class Admission:
                 pass
 
     def after_delete(self, rt: ResourceType, obj: dict[str, Any]) -> None:
-        """Side effects after a deletion (stop serving a CRD's kinds)."""
+        """Side effects after a deletion (stop serving a CRD's kinds, end their watches)."""
         if rt.storage_key == CRD_KEY:
             name = obj["metadata"]["name"]
+            spec = obj.get("spec") or {}
+            plural = (spec.get("names") or {}).get("plural", "")
+            self.store.end_watches(f"{spec.get('group', '')}/{plural}")
             self.registry.remove_crd(name)
             for key in [k for k in self._validators if k[0] == name]:
                 del self._validators[key]

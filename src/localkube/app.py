@@ -33,12 +33,13 @@ from localkube import (
     tables,
     watching,
 )
-from localkube.access import Access, request_attributes
+from localkube.access import Access, name_from_field_selector, request_attributes
 from localkube.admission import CRD_KEY
 from localkube.auth import reviews
 from localkube.auth.types import UserInfo
 from localkube.deletion import DeleteOptions, Deleter
 from localkube.errors import ApiError
+from localkube.request_user import CURRENT_USER
 from localkube.resources import ResourceRegistry, ResourceType
 from localkube.routing import (
     SUBRESOURCE_VERBS,
@@ -193,6 +194,7 @@ class ApiApp:
         user: UserInfo,
     ) -> None:
         ctx = self.ctx
+        CURRENT_USER.set(user)  # this request's task only; read by admission
         route = resolve(ctx.registry, path)
         if not isinstance(route, Route):
             ctx.access.require(user, request_attributes(method=method, path=path, verb=None))
@@ -230,7 +232,12 @@ class ApiApp:
                 resource=rt.plural,
                 subresource=route.subresource,
                 namespace=route.namespace,
-                name=route.name,
+                name=route.name
+                or (
+                    name_from_field_selector(query.get("fieldSelector", ""))
+                    if verb in ("list", "watch")
+                    else ""
+                ),
             ),
         )
         dry_run = bool(query.get("dryRun"))

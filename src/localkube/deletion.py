@@ -13,8 +13,11 @@ Collection" and "Finalizers"):
   ``deletionTimestamp`` = now + grace and ``deletionGracePeriodSeconds`` and stays until
   the node deletes it with grace 0; an unbound Pod is deleted at once, as in Kubernetes.
 * A Namespace becomes ``Terminating``; :mod:`localkube.namespace_lifecycle` empties it.
-* Deleting a CustomResourceDefinition deletes all its objects first and stops serving it
-  (simplification: object finalizers are not waited for).
+* Deleting a CustomResourceDefinition that still has objects gives it the
+  ``customresourcecleanup.apiextensions.k8s.io`` finalizer and a ``Terminating``
+  condition, deletes every object (honouring their finalizers; creates are refused
+  meanwhile, see :func:`crd_terminating_error`), and removes the CRD, which stops being
+  served, once the last object is gone.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 NAMESPACE_FINALIZER = "kubernetes"
+CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
+CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 _POLICIES = ("Background", "Foreground", "Orphan")
 
 
@@ -152,6 +157,8 @@ class Deleter:
             ) from None
         if self.admission is not None:
             self.admission.after_delete(rt, deleted)
+        if rt.crd_name:
+            self._finish_crd_cleanup(rt.crd_name)
         return deleted
 
     def delete(
@@ -228,10 +235,11 @@ class Deleter:
                 pending = True
             else:
                 new_meta["deletionGracePeriodSeconds"] = 0
-        if rt.storage_key == "apiextensions.k8s.io/customresourcedefinitions" and not pending:
-            if options.dry_run:
-                return obj, True
-            self._delete_crd_objects(current)
+        if rt.storage_key == CRD_KEY and not objects.is_deleting(current):
+            if self._crd_objects(current):
+                finalizers.append(CRD_CLEANUP)
+                pending = True
+                obj["status"] = _with_terminating_condition(obj, objects.now_rfc3339(now))
         if not pending:
             if options.dry_run:
                 return obj, True
@@ -243,20 +251,84 @@ class Deleter:
         if obj == current or options.dry_run:
             return obj, False
         try:
-            return self.store.update(key, obj, expected_revision=revision), False
+            stored = self.store.update(key, obj, expected_revision=revision)
         except storage.Conflict:
             raise ApiError(
                 409,
                 "Conflict",
                 f'Operation cannot be fulfilled on {rt.group_resource} "{name}": the object has been modified; please apply your changes to the latest version and try again',
             ) from None
+        if CRD_CLEANUP in finalizers and CRD_CLEANUP not in objects.finalizers_of(current):
+            self._delete_crd_objects(stored)
+            stored = self.store.get(*key) or stored
+        return stored, False
+
+    def _crd_objects(self, crd: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.store.list(_crd_storage_key(crd))
 
     def _delete_crd_objects(self, crd: dict[str, Any]) -> None:
-        spec = crd.get("spec") or {}
-        storage_key = f"{spec.get('group', '')}/{(spec.get('names') or {}).get('plural', '')}"
-        for obj in self.store.list(storage_key):
+        """Delete every object of a terminating CRD (finalizers honoured), then maybe it."""
+        for obj in self._crd_objects(crd):
             meta = obj["metadata"]
-            self.store.delete((storage_key, meta.get("namespace", ""), meta["name"]))
+            types = self.registry.by_storage_key(_crd_storage_key(crd))
+            if not types:
+                break
+            if objects.is_deleting(obj):
+                continue
+            try:
+                self.delete(types[0], meta.get("namespace", ""), meta["name"], DeleteOptions())
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
+        self._finish_crd_cleanup(crd["metadata"]["name"])
+
+    def _finish_crd_cleanup(self, crd_name: str) -> None:
+        """Remove a terminating CRD once none of its objects remain."""
+        crd = self.store.get(CRD_KEY, "", crd_name)
+        if crd is None or CRD_CLEANUP not in objects.finalizers_of(crd) or self._crd_objects(crd):
+            return
+        updated = copy.deepcopy(crd)
+        remaining = [f for f in objects.finalizers_of(crd) if f != CRD_CLEANUP]
+        if remaining:
+            updated["metadata"]["finalizers"] = remaining
+        else:
+            updated["metadata"].pop("finalizers", None)
+        crd_types = self.registry.by_storage_key(CRD_KEY)
+        revision = int(crd["metadata"]["resourceVersion"])
+        if remaining or not crd_types:
+            self.store.update((CRD_KEY, "", crd_name), updated, expected_revision=revision)
+        else:
+            self.remove((CRD_KEY, "", crd_name), crd_types[0], updated, expected_revision=revision)
+
+
+def _crd_storage_key(crd: dict[str, Any]) -> str:
+    spec = crd.get("spec") or {}
+    return f"{spec.get('group', '')}/{(spec.get('names') or {}).get('plural', '')}"
+
+
+def _with_terminating_condition(crd: dict[str, Any], now: str) -> dict[str, Any]:
+    status = copy.deepcopy(crd.get("status") or {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "Terminating"]
+    conditions.append(
+        {
+            "type": "Terminating",
+            "status": "True",
+            "reason": "InstanceDeletionInProgress",
+            "message": "CustomResource deletion is in progress",
+            "lastTransitionTime": now,
+        }
+    )
+    status["conditions"] = conditions
+    return status
+
+
+def crd_terminating_error() -> ApiError:
+    """The 405 kube-apiserver answers a create of a custom object whose CRD is terminating."""
+    return ApiError(
+        405,
+        "MethodNotAllowed",
+        "create not allowed while custom resource definition is terminating",
+    )
 
 
 def _waits_for_node(pod: dict[str, Any]) -> bool:

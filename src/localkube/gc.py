@@ -182,16 +182,55 @@ class GarbageCollector:
             rt = self._rt(dep_key)
             if dep is None or rt is None:
                 continue
+            if not objects.is_deleting(dep):
+                dep_uid = dep["metadata"].get("uid", "")
+                has_dependents = bool(self.dependents.get(dep_uid))
+                if has_dependents and self._waits_on_deleting_dependents(dep_uid):
+                    dep = self._unblock_owner_references(dep_key, dep)
+                policy = "Foreground" if has_dependents else "Background"
+                self.deleter.delete(rt, dep_key[1], dep_key[2], DeleteOptions(propagation=policy))
             refs = [r for r in dep["metadata"].get("ownerReferences") or [] if r.get("uid") == uid]
             if any(r.get("blockOwnerDeletion") for r in refs):
                 blocking = True
-            if not objects.is_deleting(dep):
-                has_dependents = bool(self.dependents.get(dep["metadata"].get("uid", "")))
-                policy = "Foreground" if has_dependents else "Background"
-                self.deleter.delete(rt, dep_key[1], dep_key[2], DeleteOptions(propagation=policy))
         if blocking:
             return
         self._drop_finalizer(key, owner, FOREGROUND)
+
+    def _waits_on_deleting_dependents(self, uid: str) -> bool:
+        """Return whether a dependent of ``uid`` is itself waiting for its dependents.
+
+        Kubernetes' collector uses this (with false positives, as here) to detect an
+        ownership cycle before it deletes an object in the foreground.
+        """
+        for key in self.dependents.get(uid, set()):
+            obj = self.store.get(*key)
+            if obj is not None and objects.is_deleting(obj):
+                if FOREGROUND in objects.finalizers_of(obj):
+                    return True
+        return False
+
+    def _unblock_owner_references(
+        self, key: storage.ObjectKey, obj: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Set ``blockOwnerDeletion: false`` on every blocking ownerReference of ``obj``.
+
+        Breaks an ownership cycle under foreground deletion (A owns B, B owns A): without
+        it each owner would wait for the other for ever. Kubernetes' collector does the
+        same before deleting such a dependent in the foreground.
+
+        Returns:
+            The stored object after the change (``obj`` if nothing was blocking).
+        """
+        refs = obj["metadata"].get("ownerReferences") or []
+        if not any(r.get("blockOwnerDeletion") for r in refs):
+            return obj
+        updated = copy.deepcopy(obj)
+        for ref in updated["metadata"]["ownerReferences"]:
+            if ref.get("blockOwnerDeletion"):
+                ref["blockOwnerDeletion"] = False
+        return self.store.update(
+            key, updated, expected_revision=int(obj["metadata"]["resourceVersion"])
+        )
 
     def _orphan(self, key: storage.ObjectKey, owner: dict[str, Any]) -> None:
         uid = owner["metadata"].get("uid", "")

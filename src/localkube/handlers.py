@@ -21,7 +21,7 @@ from typing import Any
 
 from localkube import conversion, jsonbody, objects, patching, storage
 from localkube.admission import Admission
-from localkube.deletion import DeleteOptions, Deleter
+from localkube.deletion import CRD_KEY, DeleteOptions, Deleter, crd_terminating_error
 from localkube.errors import ApiError
 from localkube.resources import ResourceRegistry, ResourceType
 from localkube.selectors import (
@@ -58,13 +58,16 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
     )
 
 
-def conflict(rt: ResourceType, name: str) -> ApiError:
-    """The 409 for a stale resourceVersion, worded as kube-apiserver does."""
+def conflict(rt: ResourceType, name: str, reason: str = "") -> ApiError:
+    """The 409 for a stale resourceVersion (or ``reason``), worded as kube-apiserver does."""
+    reason = reason or (
+        "the object has been modified; please apply your changes to the latest version and "
+        "try again"
+    )
     return ApiError(
         409,
         "Conflict",
-        f'Operation cannot be fulfilled on {rt.group_resource} "{name}": the object has been '
-        "modified; please apply your changes to the latest version and try again",
+        f'Operation cannot be fulfilled on {rt.group_resource} "{name}": {reason}',
         details={"name": name, "group": rt.group, "kind": rt.plural},
     )
 
@@ -267,10 +270,14 @@ class Handlers:
 
         Raises:
             ApiError: 400 (body/URL mismatch), 404/403 (namespace missing or terminating),
-                409 AlreadyExists, 422 Invalid.
+                405 (custom object of a terminating CRD), 409 AlreadyExists, 422 Invalid.
         """
         named = isinstance(body, dict) and bool((body.get("metadata") or {}).get("name"))
         obj = objects.check_body_identity(rt, body, namespace=namespace, name=None)
+        if rt.crd_name:
+            crd = self.store.get(CRD_KEY, "", rt.crd_name)
+            if crd is not None and objects.is_deleting(crd):
+                raise crd_terminating_error()
         if rt.namespaced:
             self.admission.check_namespace_open(
                 namespace,
@@ -311,8 +318,9 @@ class Handlers:
     def list(self, rt: ResourceType, namespace: str | None, options: ListOptions) -> dict[str, Any]:
         """LIST objects (``namespace`` None: all namespaces).
 
-        Implements label/field selectors, ``limit``/``continue`` paging (pages reflect the
-        current state; the token keeps the first page's resourceVersion), and
+        Implements label/field selectors, ``limit``/``continue`` paging (every page is the
+        state at the first page's resourceVersion, kept in the token; 410 once that
+        revision has left the event history), and
         ``resourceVersion``/``resourceVersionMatch`` (``Exact`` rolls back through the
         event history; older than the history gives 410).
 
@@ -323,8 +331,19 @@ class Handlers:
         rv = parse_revision(options.resource_version)
         start: tuple[str, str] | None = None
         if options.continue_token:
+            # every page is served at the first page's revision, as etcd-backed lists are
             revision, start = _decode_continue(options.continue_token)
-            items = self.store.list(rt.storage_key, namespace)
+            try:
+                items = self.store.list_at(rt.storage_key, namespace, revision)
+            except storage.Gone:
+                raise gone(
+                    "The provided continue parameter is too old to display a consistent list "
+                    "result. You can start a new list without the continue parameter."
+                ) from None
+            except storage.Conflict:
+                raise ApiError(
+                    400, "BadRequest", "continue key is not valid: malformed token"
+                ) from None
         elif rv is not None and rv > 0 and options.resource_version_match == "Exact":
             try:
                 items = self.store.list_at(rt.storage_key, namespace, rv)
@@ -382,14 +401,23 @@ class Handlers:
         """PUT an object (or its ``status`` subresource).
 
         A body with ``metadata.resourceVersion`` is a conditional update (409 if stale);
-        without one it is unconditional. An update that removes the last finalizer of an
-        object being deleted deletes it.
+        without one it is unconditional. A body's ``metadata.uid`` is a precondition (409 if
+        the object was replaced by another of the same name). An update that removes the
+        last finalizer of an object being deleted deletes it.
 
         Raises:
             ApiError: 400, 404, 409 Conflict, 422 Invalid.
         """
         obj = objects.check_body_identity(rt, body, namespace=namespace, name=name)
         old = self.require(rt, namespace, name)
+        body_uid = obj["metadata"].get("uid")
+        if body_uid and body_uid != old["metadata"].get("uid"):
+            raise conflict(
+                rt,
+                name,
+                f"Precondition failed: UID in precondition: {body_uid}, UID in object meta: "
+                f"{old['metadata'].get('uid', '')}",
+            )
         expected = parse_revision(
             obj["metadata"].get("resourceVersion"), field="metadata.resourceVersion"
         )

@@ -260,9 +260,24 @@ def prepare_update(
     and ``status`` changed.
 
     Raises:
-        ApiError: 422 Invalid when a finalizer is added to an object being deleted, or
-            labels/annotations are malformed.
+        ApiError: 422 Invalid when a finalizer is added to an object being deleted, the
+            body's ``metadata.uid`` differs from the stored one, or labels/annotations
+            are malformed.
     """
+    new_uid = new["metadata"].get("uid")
+    if new_uid and new_uid != old["metadata"].get("uid"):
+        raise invalid(
+            rt.kind,
+            rt.group,
+            str(old["metadata"].get("name", "")),
+            [
+                FieldError(
+                    "metadata.uid",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{new_uid}": field is immutable',
+                )
+            ],
+        )
     if subresource == "status":
         result = copy.deepcopy(old)
         if "status" in new:

@@ -464,6 +464,17 @@ class Store:
             sub.send.close()
             self._subscribers.remove(sub)
 
+    def end_watches(self, storage_key: str) -> None:
+        """End every subscription to one kind (its CRD was deleted: the kind is gone).
+
+        Subscribers still receive the events already queued, then ``EndOfChannel``; as on
+        kube-apiserver, their watch streams close and clients re-list (and get 404).
+        Subscribers to every kind (``storage_key`` None) are not affected.
+        """
+        for sub in [s for s in self._subscribers if s.storage_key == storage_key]:
+            sub.send.close()
+            self._subscribers.remove(sub)
+
     def history_since(
         self, revision: int, storage_key: str | None, namespace: str | None
     ) -> builtins.list[StoredEvent]:

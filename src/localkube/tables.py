@@ -116,6 +116,23 @@ BUILTIN_COLUMNS: dict[str, list[dict[str, Any]]] = {
         _column_def("Up-to-date", "integer", "Total number of updated replicas."),
         _column_def("Available", "integer", "Total number of available replicas."),
     ],
+    "/configmaps": [_column_def("Data", "string", "Data contains the configuration data.")],
+    "/secrets": [
+        _column_def("Type", "string", "Used to facilitate programmatic handling of secret data."),
+        _column_def("Data", "string", "Data contains the secret data."),
+    ],
+    "/serviceaccounts": [
+        _column_def("Secrets", "string", "Secrets is a list of the secrets in the same namespace."),
+    ],
+    "rbac.authorization.k8s.io/rolebindings": [
+        _column_def("Role", "string", "RoleRef can reference a Role or a ClusterRole."),
+    ],
+    "rbac.authorization.k8s.io/clusterrolebindings": [
+        _column_def("Role", "string", "RoleRef can only reference a ClusterRole."),
+    ],
+    "coordination.k8s.io/leases": [
+        _column_def("Holder", "string", "holderIdentity contains the identity of the holder."),
+    ],
 }
 
 
@@ -132,6 +149,18 @@ def _builtin_cells(rt: ResourceType, obj: dict[str, Any]) -> list[Any]:
             status.get("updatedReplicas", 0),
             status.get("availableReplicas", 0),
         ]
+    key = rt.storage_key
+    if key == "/configmaps":
+        return [len(obj.get("data") or {}) + len(obj.get("binaryData") or {})]
+    if key == "/secrets":
+        return [obj.get("type", "Opaque"), len(obj.get("data") or {})]
+    if key == "/serviceaccounts":
+        return [len(obj.get("secrets") or [])]
+    if key.startswith("rbac.authorization.k8s.io/") and key.endswith("rolebindings"):
+        ref = obj.get("roleRef") or {}
+        return [f"{ref.get('kind', '')}/{ref.get('name', '')}"]
+    if key == "coordination.k8s.io/leases":
+        return [(obj.get("spec") or {}).get("holderIdentity", "")]
     return []
 
 

@@ -13,7 +13,7 @@ Modules (one job each):
 * :mod:`runtimed.runtime_client` -- the purerpc client of the local Runtime Server and the
   :class:`~runtimed.runtime_client.RuntimeServer` protocol.
 * :mod:`runtimed.readiness` -- the ``kruntimes.io/RuntimedReady`` Pod condition.
-* :mod:`runtimed.httpserver`, :mod:`runtimed.metrics`, :mod:`runtimed.logs`,
+* :mod:`runtimed.httpserver`, :mod:`runtimed.metrics`, :mod:`krt.logs`,
   :mod:`runtimed.events`, :mod:`runtimed.identity`.
 
 The function lifecycle and the invoke proxy belong in their own modules beside

@@ -17,13 +17,16 @@ from pathlib import Path
 import click
 import trio
 
+from krt import logs
 from runtimed.daemon import DaemonConfig, serve_daemon
 from runtimed.dataplane.app import DataplaneSettings
 from runtimed.dataplane.peer import PeerTLSError, load_peer_tls
 from runtimed.identity import PodIdentity
-from runtimed.logs import configure_logging
 from runtimed.runtime_client import parse_address
 from runtimed.sources import Workspace
+
+#: Libraries kept at WARNING and above (hpack logs raw headers, tokens included, at DEBUG).
+QUIET_LIBRARIES = ("httpx", "httpcore", "hpack", "purerpc", "hypercorn")
 
 log = logging.getLogger("runtimed")
 
@@ -187,7 +190,9 @@ def main(
             load_peer_tls(peer_tls_dir)
         except PeerTLSError as exc:
             raise click.UsageError(str(exc)) from None
-    configure_logging(log_level)
+    # Everything (root logger); hpack logs raw headers (tokens) at DEBUG, so the chatty
+    # libraries stay at WARNING and above.
+    logs.configure(level=log_level, floors=dict.fromkeys(QUIET_LIBRARIES, logging.WARNING))
     config = DaemonConfig(
         pod=pod,
         server_host=host,

@@ -43,11 +43,11 @@ from krt.api.run import TaskMode
 from krt.kube.client import Obj
 from krt.kube.clock import Clock
 from krt.kube.errors import Conflict, NotFound
+from krt.kube.events import EventSink, NullEventSink
 from krt.kube.informer import EventType, InformerEvent
 from krt.kube.resources import RUNS
 from krt.kube.status import write_status
 from krt.kube.workqueue import Requeue, WorkQueue
-from runtimed.events import EventSink, NullEventSink
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
 from runtimed.runtime_client import (

@@ -148,3 +148,43 @@ def test_guards() -> None:
             now=T0,
         )
     assert timeout_deadline(pending) is None
+
+
+@pytest.mark.parametrize("make", [task_run, function_run], ids=["task", "function"])
+def test_run_conditions_make_only_function_runs_not_ready(make: Any) -> None:
+    from krt.api.constants import RunConditionType
+    from krt.api.lifecycle import run_conditions
+
+    run = Run.from_dict(make())
+    conditions = run_conditions(
+        run,
+        RunConditionType.SCHEDULED,
+        False,
+        reason=Reason.CANCELLED,
+        message="m",
+        now=T0,
+        ready_reason=Reason.NOT_SCHEDULED,
+    )
+    by_type = {c.type: (c.status.value, c.reason, c.message) for c in conditions}
+    assert by_type["Scheduled"] == ("False", "Cancelled", "m")
+    if run.spec.is_function:
+        assert by_type["Ready"] == ("False", "NotScheduled", "m")
+    else:
+        assert "Ready" not in by_type
+    assert run.status.conditions == Run.from_dict(make()).status.conditions  # unchanged
+
+
+def test_ended_patch_fields() -> None:
+    from krt.api.lifecycle import ended_patch
+    from krt.api.times import format_time
+
+    patch = ended_patch(Phase.FAILED, FailureReason.EXECUTION_FAILED, "boom", [], T0)
+    assert patch == {
+        "phase": "Failed",
+        "reason": "ExecutionFailed",
+        "message": "boom",
+        "completionTime": format_time(T0),
+        "retryAfter": None,
+        "conditions": [],
+    }
+    assert type(patch["reason"]) is str

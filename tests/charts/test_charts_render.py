@@ -30,7 +30,7 @@ from chart_rendering import (
     values_file,
 )
 
-from krt.controlplane.naming import RUNTIMED_GRPC_PORT
+from krt.api.naming import RUNTIMED_GRPC_PORT
 from krt.controlplane.runtime_resources import RUNTIMED_RULES
 
 pytestmark = requires_helm

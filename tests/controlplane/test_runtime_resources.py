@@ -14,8 +14,8 @@ from krt.api.constants import (
     RUNTIMED_READY_POD_CONDITION,
     ConditionStatus,
 )
+from krt.api.naming import DESIRED_HASH_ANNOTATION
 from krt.api.runtime import Runtime
-from krt.controlplane.naming import DESIRED_HASH_ANNOTATION
 from krt.controlplane.runtime_resources import (
     RUNTIMED_RULES,
     desired_deployment,

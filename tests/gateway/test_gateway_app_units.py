@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from gateway.app import GatewayApp
 from gateway.errors import HttpError
-from gateway.grpc_client import ConnectionLostError
 from gateway.invoke import Invoker, InvokeRequest, InvokeResult
 from gateway.metrics import GatewayMetrics
 from gateway.pool import ConnectFailedError, PoolKey
 from gateway.validation import MAX_BODY_BYTES
 from krt.api.endpoint import FunctionEndpointRef
+from krt.grpc.client import ConnectionLostError
 from krt.proto.executor.v1 import runtime_pb2 as pb
 
 GOOD = [

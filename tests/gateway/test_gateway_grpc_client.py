@@ -9,9 +9,9 @@ import pytest
 import trio
 from gwfakes import FakeFunctionRuntime, delay_then, fail_with, serve_fake
 
-from gateway.grpc_client import ConnectionLostError, GrpcConnection, GrpcStatusError
 from gateway.pool import ConnectFailedError, PoolKey, open_channel_pool
 from gateway.targets import StaticResolver, Target
+from krt.grpc.client import ConnectionLostError, GrpcConnection, GrpcStatusError
 from krt.proto.executor.v1 import runtime_pb2 as pb
 
 SERVICE = "executor.v1.FunctionRuntime"

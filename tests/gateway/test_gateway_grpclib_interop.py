@@ -20,7 +20,7 @@ from grpclib.const import Cardinality, Handler, Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server, Stream
 
-from gateway.grpc_client import GrpcConnection, GrpcStatusError
+from krt.grpc.client import GrpcConnection, GrpcStatusError
 from krt.proto.executor.v1 import runtime_pb2 as pb
 
 SERVICE = "executor.v1.FunctionRuntime"

@@ -251,7 +251,7 @@ async def test_logs_carry_invocation_identity_and_never_the_token(
 ) -> None:
     import logging
 
-    from gateway.logs import JSONFormatter
+    from krt.logs import EPOCH_LINES, JsonFormatter
 
     caplog.set_level(logging.INFO, logger="gateway")
     async with gateway_stack() as stack:
@@ -261,14 +261,14 @@ async def test_logs_carry_invocation_identity_and_never_the_token(
         await stack.invoke(b"{", x_kruntime_invocation_id="log-3")
     lines = [r for r in caplog.records if r.name == "gateway.invoke"]
     assert [r.invocation_id for r in lines] == ["log-1", "log-2", "log-3"]  # type: ignore[attr-defined]
-    formatter = JSONFormatter()
+    formatter = JsonFormatter(EPOCH_LINES)
     for record in lines:
         entry = json.loads(formatter.format(record))
         assert entry["namespace"] == NAMESPACE
         assert entry["runtime"] == RUNTIME
         assert entry["run_uid"] == UID
     assert TOKEN not in caplog.text
-    assert all(TOKEN not in JSONFormatter().format(r) for r in caplog.records)
+    assert all(TOKEN not in JsonFormatter(EPOCH_LINES).format(r) for r in caplog.records)
 
 
 async def test_the_published_endpoint_url_is_the_routed_url(gateway_stack: StackFactory) -> None:

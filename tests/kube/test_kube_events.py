@@ -11,7 +11,8 @@ from conftest import eventually
 
 from krt.kube.client import Kube
 from krt.kube.clock import FakeClock
-from krt.kube.events import EventRecorder
+from krt.kube.errors import Forbidden
+from krt.kube.events import WRITE_DEADLINE_SECONDS, EventRecorder, EventSink, NullEventSink
 from krt.kube.resources import EVENTS, PODS
 
 
@@ -28,12 +29,18 @@ async def test_event_is_written_and_repeats_aggregate(kube: Kube) -> None:
     recorder = EventRecorder(kube, "runtimed", instance="rt-pod-1", clock=clock)
     async with trio.open_nursery() as nursery:
         await nursery.start(recorder.run)
-        assert recorder.event(involved(), "Warning", "ExecutionStartFailed", "staging failed")
+        recorder.emit(
+            involved(), type_="Warning", reason="ExecutionStartFailed", message="staging failed"
+        )
         await eventually(lambda: recorder.created == 1)
         clock.advance(30)
-        recorder.event(involved(), "Warning", "ExecutionStartFailed", "staging failed")
-        recorder.event(involved(), "Warning", "ExecutionStartFailed", "staging failed")
-        recorder.event(involved(), "Normal", "Claimed", "claimed by rt-pod-1")
+        recorder.emit(
+            involved(), type_="Warning", reason="ExecutionStartFailed", message="staging failed"
+        )
+        recorder.emit(
+            involved(), type_="Warning", reason="ExecutionStartFailed", message="staging failed"
+        )
+        recorder.emit(involved(), type_="Normal", reason="Claimed", message="claimed by rt-pod-1")
         await eventually(lambda: recorder.aggregated == 2 and recorder.created == 2)
         nursery.cancel_scope.cancel()
     events, _ = await kube.list(EVENTS, "default")
@@ -52,9 +59,9 @@ async def test_event_is_written_and_repeats_aggregate(kube: Kube) -> None:
 
 async def test_full_buffer_drops_and_counts_without_blocking(kube: Kube) -> None:
     recorder = EventRecorder(kube, "gateway", capacity=2)
-    assert recorder.event(involved("a"), "Normal", "A", "one")
-    assert recorder.event(involved("b"), "Normal", "B", "two")
-    assert not recorder.event(involved("c"), "Normal", "C", "three")  # no writer yet: full
+    recorder.emit(involved("a"), type_="Normal", reason="A", message="one")
+    recorder.emit(involved("b"), type_="Normal", reason="B", message="two")
+    recorder.emit(involved("c"), type_="Normal", reason="C", message="three")  # no writer: full
     assert recorder.dropped == 1
     async with trio.open_nursery() as nursery:
         await nursery.start(recorder.run)
@@ -68,8 +75,10 @@ async def test_write_failures_are_counted_and_the_writer_continues(kube: Kube) -
     recorder = EventRecorder(kube, "controlplane")
     async with trio.open_nursery() as nursery:
         await nursery.start(recorder.run)
-        recorder.event(involved("x", namespace="no-such-namespace"), "Normal", "X", "lost")
-        recorder.event(involved("y"), "Normal", "Y", "kept")
+        recorder.emit(
+            involved("x", namespace="no-such-namespace"), type_="Normal", reason="X", message="lost"
+        )
+        recorder.emit(involved("y"), type_="Normal", reason="Y", message="kept")
         await eventually(lambda: recorder.failed == 1 and recorder.created == 1)
         nursery.cancel_scope.cancel()
 
@@ -78,11 +87,11 @@ async def test_deleted_event_is_recreated_on_repeat(kube: Kube) -> None:
     recorder = EventRecorder(kube, "controlplane")
     async with trio.open_nursery() as nursery:
         await nursery.start(recorder.run)
-        recorder.event(involved(), "Normal", "R", "m")
+        recorder.emit(involved(), type_="Normal", reason="R", message="m")
         await eventually(lambda: recorder.created == 1)
         (event,), _ = await kube.list(EVENTS, "default")
         await kube.delete(EVENTS, event["metadata"]["name"], "default")
-        recorder.event(involved(), "Normal", "R", "m")
+        recorder.emit(involved(), type_="Normal", reason="R", message="m")
         await eventually(lambda: recorder.created == 2)
         nursery.cancel_scope.cancel()
     (event,), _ = await kube.list(EVENTS, "default")
@@ -100,7 +109,7 @@ async def test_event_for_a_real_pod_and_long_message(kube: Kube) -> None:
     recorder = EventRecorder(kube, "runtimed")
     async with trio.open_nursery() as nursery:
         await nursery.start(recorder.run)
-        recorder.event(pod, "Warning", "Unhealthy", "x" * 5000)
+        recorder.emit(pod, type_="Warning", reason="Unhealthy", message="x" * 5000)
         await eventually(lambda: recorder.created == 1)
         nursery.cancel_scope.cancel()
     (event,), _ = await kube.list(EVENTS, "default")
@@ -111,12 +120,59 @@ async def test_event_for_a_real_pod_and_long_message(kube: Kube) -> None:
 def test_bad_input_is_rejected() -> None:
     recorder = EventRecorder(object(), "c")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="event type"):
-        recorder.event(involved(), "Error", "R", "m")
+        recorder.emit(involved(), type_="Error", reason="R", message="m")
     with pytest.raises(ValueError, match="reason"):
-        recorder.event(involved(), "Normal", "", "m")
+        recorder.emit(involved(), type_="Normal", reason="", message="m")
     with pytest.raises(ValueError, match="metadata.name"):
-        recorder.event({"metadata": {}}, "Normal", "R", "m")
+        recorder.emit({"metadata": {}}, type_="Normal", reason="R", message="m")
     with pytest.raises(ValueError, match="capacity"):
         EventRecorder(object(), "c", capacity=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="component"):
         EventRecorder(object(), "")  # type: ignore[arg-type]
+
+
+async def test_repeat_whose_patch_is_refused_is_written_as_a_new_event() -> None:
+    """A role that may only create Events (runtimed's) still gets every repeat recorded."""
+
+    class CreateOnly:
+        def __init__(self) -> None:
+            self.created: list[dict[str, Any]] = []
+
+        async def create(self, ref: object, body: dict[str, Any]) -> dict[str, Any]:
+            self.created.append(body)
+            return body
+
+        async def patch(self, *args: object, **kwargs: object) -> dict[str, Any]:
+            raise Forbidden(403, "Forbidden", "events is forbidden: cannot patch")
+
+    kube = CreateOnly()
+    recorder = EventRecorder(kube, "runtimed")  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(recorder.run)
+        recorder.emit(involved(), type_="Warning", reason="R", message="m")
+        recorder.emit(involved(), type_="Warning", reason="R", message="m")
+        await eventually(lambda: recorder.created == 2)
+        nursery.cancel_scope.cancel()
+    assert recorder.aggregated == 0
+    assert [e["count"] for e in kube.created] == [1, 1]
+
+
+async def test_a_hung_write_is_abandoned_after_the_deadline(autojump_clock: trio.abc.Clock) -> None:
+    class Hangs:
+        async def create(self, ref: object, body: dict[str, Any]) -> dict[str, Any]:
+            await trio.sleep_forever()
+            raise AssertionError
+
+    recorder = EventRecorder(Hangs(), "controlplane")  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(recorder.run)
+        start = trio.current_time()
+        recorder.emit(involved(), type_="Normal", reason="R", message="m")
+        await eventually(lambda: recorder.failed == 1, seconds=WRITE_DEADLINE_SECONDS + 1)
+        assert trio.current_time() - start == pytest.approx(WRITE_DEADLINE_SECONDS, abs=0.05)
+        nursery.cancel_scope.cancel()
+
+
+def test_null_sink_accepts_and_drops() -> None:
+    sink: EventSink = NullEventSink()
+    sink.emit(involved(), type_="Normal", reason="R", message="m")

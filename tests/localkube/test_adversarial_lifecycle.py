@@ -128,3 +128,33 @@ async def test_concurrent_conditional_updates_exactly_one_wins(
     assert sorted(codes) == [200] + [409] * 9
     stored = (await admin_http.get(f"{CM}/race")).json()
     assert int(stored["metadata"]["resourceVersion"]) > int(base["metadata"]["resourceVersion"])
+
+
+async def test_a_body_uid_is_a_precondition_on_put_and_immutable_on_patch(
+    admin_http: httpx.AsyncClient,
+) -> None:
+    # a stale writer holding the uid of a deleted-and-recreated object must not
+    # overwrite the new one, even without a resourceVersion
+    old = (await admin_http.post(CM, json={"metadata": {"name": "same"}})).json()
+    await admin_http.delete(f"{CM}/same")
+    new = (await admin_http.post(CM, json={"metadata": {"name": "same"}})).json()
+    stale = {"metadata": {"name": "same", "uid": old["metadata"]["uid"]}, "data": {"a": "b"}}
+    r = await admin_http.put(f"{CM}/same", json=stale)
+    assert r.status_code == 409, r.text
+    assert r.json()["message"] == (
+        'Operation cannot be fulfilled on configmaps "same": Precondition failed: UID in '
+        f"precondition: {old['metadata']['uid']}, UID in object meta: {new['metadata']['uid']}"
+    )
+    r = await admin_http.patch(
+        f"{CM}/same", json={"metadata": {"uid": old["metadata"]["uid"]}}, headers=MERGE
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == (
+        f'ConfigMap "same" is invalid: metadata.uid: Invalid value: "{old["metadata"]["uid"]}": '
+        "field is immutable"
+    )
+    stored = (await admin_http.get(f"{CM}/same")).json()
+    assert stored["metadata"]["resourceVersion"] == new["metadata"]["resourceVersion"]
+    # the object's own uid is fine
+    same = {"metadata": {"name": "same", "uid": new["metadata"]["uid"]}, "data": {"c": "d"}}
+    assert (await admin_http.put(f"{CM}/same", json=same)).status_code == 200

@@ -139,3 +139,58 @@ async def test_collector_recovers_after_falling_behind() -> None:
         assert store.get("/configmaps", "ns", "dep") is None, "collected after re-indexing"
         nursery.cancel_scope.cancel()
     del owner
+
+
+async def test_foreground_deletion_breaks_an_ownership_cycle(
+    admin_http: httpx.AsyncClient,
+) -> None:
+    # a owns b and b owns a, both blocking: Kubernetes' collector unblocks the dependent's
+    # references before deleting it in the foreground, so neither waits for ever
+    a = await _create(admin_http, "a")
+    b = await _create(admin_http, "b", [{**a, "_ref": {"blockOwnerDeletion": True}}])
+    ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "b",
+        "uid": b["metadata"]["uid"],
+        "blockOwnerDeletion": True,
+    }
+    r = await admin_http.patch(
+        f"{CM}/a",
+        json={"metadata": {"ownerReferences": [ref]}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert r.status_code == 200, r.text
+    r = await admin_http.request("DELETE", f"{CM}/a", json={"propagationPolicy": "Foreground"})
+    assert r.status_code == 200
+    await _gone(admin_http, "a")
+    await _gone(admin_http, "b")
+
+
+async def test_foreground_chain_still_waits_for_the_deepest_dependent(
+    admin_http: httpx.AsyncClient,
+) -> None:
+    top = await _create(admin_http, "top")
+    middle = await _create(admin_http, "middle", [{**top, "_ref": {"blockOwnerDeletion": True}}])
+    await _create(
+        admin_http,
+        "leaf",
+        [{**middle, "_ref": {"blockOwnerDeletion": True}}],
+        finalizers=["example.com/hold"],
+    )
+    await admin_http.request("DELETE", f"{CM}/top", json={"propagationPolicy": "Foreground"})
+    with trio.fail_after(5):
+        await watch_until(
+            admin_http, CM, "leaf", lambda o: bool(o and o["metadata"].get("deletionTimestamp"))
+        )
+    await trio.sleep(0.05)
+    for name in ("top", "middle"):
+        assert (await admin_http.get(f"{CM}/{name}")).status_code == 200, name
+    r = await admin_http.patch(
+        f"{CM}/leaf",
+        json={"metadata": {"finalizers": None}},
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert r.status_code == 200
+    await _gone(admin_http, "middle")
+    await _gone(admin_http, "top")

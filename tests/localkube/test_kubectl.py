@@ -268,3 +268,78 @@ async def test_auth_can_i_as_another_user(kubectl: Any) -> None:
     assert (await kubectl("auth", "can-i", "get", "pods", "--as=alice")).stdout.strip() == "yes"
     denied = await kubectl("auth", "can-i", "delete", "pods", "--as=alice", check=False)
     assert denied.stdout.strip() == "no"
+
+
+async def test_resource_names_role_allows_kubectl_single_object_get_and_list(
+    kubectl: Any,
+) -> None:
+    await kubectl("create", "namespace", "team")
+    await kubectl("create", "serviceaccount", "bot", "-n", "team")
+    await kubectl("create", "configmap", "c1", "-n", "team")
+    await kubectl("create", "configmap", "c2", "-n", "team")
+    await kubectl(
+        "create",
+        "role",
+        "one",
+        "-n",
+        "team",
+        "--verb=get,list,watch",
+        "--resource=configmaps",
+        "--resource-name=c1",
+    )
+    await kubectl(
+        "create", "rolebinding", "one", "-n", "team", "--role=one", "--serviceaccount=team:bot"
+    )
+    token = (await kubectl("create", "token", "bot", "-n", "team")).stdout.strip()
+    listed = await kubectl(
+        "get",
+        "cm",
+        "-n",
+        "team",
+        "--field-selector",
+        "metadata.name=c1",
+        "-o",
+        "name",
+        token=token,
+    )
+    assert listed.stdout.split() == ["configmap/c1"]
+    denied = await kubectl(
+        "get",
+        "cm",
+        "-n",
+        "team",
+        "--field-selector",
+        "metadata.name=c2",
+        token=token,
+        check=False,
+    )
+    assert (
+        'configmaps "c2" is forbidden: User "system:serviceaccount:team:bot" cannot list '
+        'resource "configmaps"' in denied.stderr
+    )
+
+
+async def test_unsupported_field_selector_is_worded_like_kube_apiserver(kubectl: Any) -> None:
+    bad = await kubectl("get", "cm", "--field-selector", "spec.foo=x", check=False)
+    assert bad.returncode != 0
+    assert bad.stderr.strip().endswith(
+        '"/v1, Resource=configmaps" that match label selector "", field selector '
+        '"spec.foo=x": field label not supported: spec.foo'
+    ), bad.stderr
+
+
+async def test_get_prints_the_builtin_columns_kubectl_users_expect(kubectl: Any) -> None:
+    await kubectl("create", "configmap", "cfg", "--from-literal=a=1", "--from-literal=b=2")
+    await kubectl("create", "secret", "generic", "sec", "--from-literal=k=v")
+    await kubectl("create", "rolebinding", "rb", "--clusterrole=view", "--user=u")
+    cms = (await kubectl("get", "configmap", "cfg")).stdout.splitlines()
+    assert cms[0].split() == ["NAME", "DATA", "AGE"]
+    assert cms[1].split()[:2] == ["cfg", "2"]
+    secrets = (await kubectl("get", "secret", "sec")).stdout.splitlines()
+    assert secrets[0].split() == ["NAME", "TYPE", "DATA", "AGE"]
+    assert secrets[1].split()[:3] == ["sec", "Opaque", "1"]
+    bindings = (await kubectl("get", "rolebinding", "rb")).stdout.splitlines()
+    assert bindings[0].split() == ["NAME", "ROLE", "AGE"]
+    assert bindings[1].split()[:2] == ["rb", "ClusterRole/view"]
+    accounts = (await kubectl("get", "serviceaccount", "default")).stdout.splitlines()
+    assert accounts[0].split() == ["NAME", "SECRETS", "AGE"]

@@ -18,7 +18,7 @@ from localkube import storage
 from localkube.handlers import ListOptions
 from localkube.resources import ResourceRegistry
 from localkube.selectors import parse_label_selector
-from localkube.watching import WatchRequest, run_watch
+from localkube.watching import FUTURE_RESOURCE_VERSION_WAIT, WatchRequest, run_watch
 
 CM_TYPE = ResourceRegistry().lookup("", "v1", "configmaps")
 assert CM_TYPE is not None
@@ -330,9 +330,9 @@ async def test_watch_from_an_unreached_future_resource_version_fails_after_3_s(
     request = WatchRequest(
         rt=CM_TYPE, namespace="ns", options=ListOptions(resource_version=str(future)), timeout=30
     )
+    rec = Recorder()
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(run_watch, store, request, rec := Recorder()).emit if False else None
         nursery.start_soon(run_watch, store, request, rec.emit)
         await trio.sleep(1)
         store.create(("/configmaps", "ns", "b"), cm("b"))

@@ -19,10 +19,10 @@ import anyio
 import anyio.abc
 import trio
 
+from krt.grpc.server import CallHandler
 from servers.bash.adapter import BashAdapter
 from servers.common.executions import ExecutionManager
 from servers.common.servicers import RuntimeServicer
-from servers.common.transport import CallHandler
 
 
 async def serve(host: str, port: int, work_dir: Path) -> None:

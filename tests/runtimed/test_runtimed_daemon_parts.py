@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from pathlib import Path
@@ -15,9 +16,9 @@ from runtimed_fakes import FakeRuntimeServer
 
 from krt.kube.clock import TrioLinkedClock
 from krt.kube.errors import ConnectionFailed
+from krt.logs import JsonFormatter
 from runtimed.__main__ import main
 from runtimed.httpserver import health_app, serve_http
-from runtimed.logs import JsonFormatter
 from runtimed.metrics import RuntimedMetrics
 from runtimed.readiness import HealthState, ReadinessLoop, readiness_condition
 
@@ -144,3 +145,30 @@ def test_cli_help_lists_env_fallbacks() -> None:
     assert result.exit_code == 0
     for flag in ("--pod-uid", "--runtime-server", "--workspace-dir", "--path-root", "--http-port"):
         assert flag in result.output
+
+
+def test_runtimed_logs_everything_but_keeps_hpack_quiet() -> None:
+    """hpack logs raw headers (bearer tokens) at DEBUG: runtimed's setup keeps it at WARNING."""
+    from krt import logs
+    from runtimed.__main__ import QUIET_LIBRARIES
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    stream = io.StringIO()
+    try:
+        logs.configure(
+            level="debug", floors=dict.fromkeys(QUIET_LIBRARIES, logging.WARNING), stream=stream
+        )
+        logging.getLogger("hpack.hpack").debug("authorization: Bearer secret")
+        logging.getLogger("runtimed.tasks").debug("claimed", extra={"run_uid": "u1"})
+    finally:
+        root.handlers[:], root.level = saved
+        for name in QUIET_LIBRARIES:
+            logger = logging.getLogger(name)
+            logger.handlers.clear()
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)
+    (line,) = stream.getvalue().splitlines()
+    data = json.loads(line)
+    assert (data["logger"], data["message"], data["run_uid"]) == ("runtimed.tasks", "claimed", "u1")
+    assert data["time"].endswith("Z")

@@ -32,9 +32,9 @@ from purerpc.grpclib.exceptions import RpcFailedError
 from purerpc.grpclib.status import StatusCode
 from purerpc.wrappers import extract_message_from_singleton_stream, send_single_message_client
 
+from krt.grpc.server import MAX_STATUS_MESSAGE_BYTES, fit_status_message
 from krt.proto.executor.v1 import runtime_pb2 as pb
 from servers.bash.adapter import BashAdapter
-from servers.common.transport import MAX_STATUS_MESSAGE_BYTES, fit_status_message
 from servers.python.adapter import PythonAdapter
 
 FUNCTIONS = "executor.v1.FunctionRuntime"
@@ -284,6 +284,7 @@ async def test_oversized_request_fails_fast_and_the_server_keeps_serving(
     # purerpc refuses a message over 32 MiB by dropping the connection: the socket must then
     # be closed, or the client hangs until its deadline (here it would wait the full 20 s).
     caplog.set_level(logging.INFO, logger="servers")
+    caplog.set_level(logging.INFO, logger="krt.grpc")
     async with start_runtime_server(PythonAdapter(), tmp_path) as server:
         ref = await _register(server, tmp_path)
         request = pb.InvokeFunctionRequest(registration=ref, input=b"x" * (33 * 1024 * 1024))

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import purerpc
 import pytest
 
+from krt import logs
 from krt.proto.executor.v1 import runtime_pb2 as pb
-from servers.common import logs
+from servers.common.cli import LOG_FLOORS, LOGGERS
 from servers.common.errors import Code, ContractError
 from servers.common.servicers import RuntimeServicer, rpc_error
 
@@ -19,9 +20,9 @@ from servers.common.servicers import RuntimeServicer, rpc_error
 @pytest.fixture
 def captured() -> Iterator[io.StringIO]:
     stream = io.StringIO()
-    logs.configure(stream=stream)
+    logs.configure(loggers=LOGGERS, floors=LOG_FLOORS, line_format=logs.EPOCH_LINES, stream=stream)
     yield stream
-    for name in ("servers", "purerpc"):
+    for name in (*LOGGERS, *LOG_FLOORS):
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
@@ -82,3 +83,14 @@ async def test_unexpected_exceptions_are_internal_not_cancelled() -> None:
         await servicer.Status(pb.StatusRequest(id="x"))
     assert excinfo.value.status.status_code == purerpc.StatusCode.INTERNAL
     assert "KeyError" in excinfo.value.status.status_message
+
+
+def test_grpc_connection_handler_lines_are_routed(captured: io.StringIO) -> None:
+    """The gRPC handler (krt.grpc.server) logs for the Runtime Server, as servers.* did."""
+    logging.getLogger("krt.grpc.server").info("connection dropped")
+    assert json.loads(captured.getvalue())["logger"] == "krt.grpc.server"
+
+
+def test_unknown_level_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown log level 'loud'"):
+        logs.configure(level="loud", loggers=("servers.test-unused",))

@@ -184,9 +184,14 @@ def remove_condition(conditions: Sequence[Condition], ctype: str) -> list[Condit
     return [condition for condition in conditions if condition.type != ctype]
 
 
+def wire_conditions(conditions: Iterable[Condition]) -> list[dict[str, Any]]:
+    """``conditions`` as the JSON list ``status.conditions`` holds."""
+    return [condition.to_dict() for condition in conditions]
+
+
 def conditions_patch(conditions: Sequence[Condition]) -> StatusPatch:
     """The status merge patch that writes ``conditions`` (merge patches replace lists whole)."""
-    return {"conditions": [condition.to_dict() for condition in conditions]}
+    return {"conditions": wire_conditions(conditions)}
 
 
 def set_condition_patch(

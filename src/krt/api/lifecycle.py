@@ -18,10 +18,10 @@ instead of writing a transition the state machine forbids.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from krt.api.conditions import Condition, bound_message, set_condition
+from krt.api.conditions import Condition, bound_message, set_condition, wire_conditions
 from krt.api.constants import Reason, RunConditionType
 from krt.api.outputs import validate_outputs
 from krt.api.patches import StatusPatch
@@ -42,8 +42,71 @@ def _require(run: Run, new: Phase) -> None:
         raise ValueError(f"Run {run.key}: phase {run.status.phase.value} cannot become {new.value}")
 
 
-def _wire(conditions: list[Condition]) -> list[dict[str, object]]:
-    return [condition.to_dict() for condition in conditions]
+def run_conditions(
+    run: Run,
+    ctype: RunConditionType,
+    status: bool,
+    *,
+    reason: str,
+    message: str,
+    now: datetime,
+    ready_reason: str | None = None,
+    base: Sequence[Condition] | None = None,
+) -> list[Condition]:
+    """Set one condition of a Run and, for a function Run, ``Ready=False`` alongside it.
+
+    Every lifecycle transition of a function Run except registration makes it not Ready
+    (seed 002: invokes are accepted only while ``Ready=True``), with the same message.
+
+    Args:
+        run: the Run (its ``spec`` says whether it is a function Run).
+        ctype: the condition to set (``Scheduled``, ``Running``, ...).
+        status: its new status.
+        reason: its reason (a :class:`~krt.api.constants.Reason` or failure reason).
+        message: its message (also ``Ready``'s). now: current time.
+        ready_reason: ``Ready``'s reason (default ``reason``).
+        base: the conditions to start from (default ``run.status.conditions``).
+
+    Returns:
+        The new condition list (``run`` is not changed).
+    """
+    conditions = set_condition(
+        run.status.conditions if base is None else base,
+        ctype,
+        status,
+        reason=reason,
+        message=message,
+        now=now,
+    )
+    if run.spec.is_function:
+        conditions = set_condition(
+            conditions,
+            RunConditionType.READY,
+            False,
+            reason=ready_reason or reason,
+            message=message,
+            now=now,
+        )
+    return conditions
+
+
+def ended_patch(
+    phase: Phase, reason: str, message: str, conditions: Sequence[Condition], now: datetime
+) -> StatusPatch:
+    """The status patch of a Run ending in the terminal ``phase`` (pure; no phase check).
+
+    Sets ``phase``, ``reason``, ``message``, ``completionTime`` and ``conditions`` and
+    removes ``retryAfter``. Callers check the transition first (:func:`_require`, the
+    scheduler's and the retry engine's own rules).
+    """
+    return {
+        "phase": phase.value,
+        "reason": str(reason),
+        "message": message,
+        "completionTime": format_time(now),
+        "retryAfter": None,
+        "conditions": wire_conditions(conditions),
+    }
 
 
 def unschedulable_patch(run: Run, *, reason: Reason, message: str, now: datetime) -> StatusPatch:
@@ -75,7 +138,7 @@ def unschedulable_patch(run: Run, *, reason: Reason, message: str, now: datetime
     )
     if conditions == list(run.status.conditions):
         return {}
-    return {"phase": Phase.PENDING.value, "conditions": _wire(conditions)}
+    return {"phase": Phase.PENDING.value, "conditions": wire_conditions(conditions)}
 
 
 def bind_patch(run: Run, *, pod_name: str, pod_uid: str, now: datetime) -> StatusPatch:
@@ -93,31 +156,22 @@ def bind_patch(run: Run, *, pod_name: str, pod_uid: str, now: datetime) -> Statu
         raise ValueError(f"Run {run.key} is {run.status.phase.value}, not Pending")
     if not pod_name or not pod_uid:
         raise ValueError("bind needs the Pod's name and UID")
-    message = f"bound to Pod {pod_name}"
-    conditions = set_condition(
-        run.status.conditions,
+    conditions = run_conditions(
+        run,
         RunConditionType.SCHEDULED,
         True,
         reason=Reason.ASSIGNED,
-        message=message,
+        message=f"bound to Pod {pod_name}",
         now=now,
+        ready_reason=Reason.REGISTERING,
     )
-    if run.spec.is_function:
-        conditions = set_condition(
-            conditions,
-            RunConditionType.READY,
-            False,
-            reason=Reason.REGISTERING,
-            message=message,
-            now=now,
-        )
     return {
         "phase": Phase.SCHEDULED.value,
         "assignedPod": pod_name,
         "assignedPodUID": pod_uid,
         "attempt": max(1, run.status.attempt),
         "retryAfter": None,
-        "conditions": _wire(conditions),
+        "conditions": wire_conditions(conditions),
     }
 
 
@@ -139,7 +193,7 @@ def claim_patch(run: Run, *, now: datetime) -> StatusPatch:
         message=f"attempt {max(1, run.status.attempt)} claimed by Pod {run.status.assigned_pod}",
         now=now,
     )
-    patch: StatusPatch = {"phase": Phase.RUNNING.value, "conditions": _wire(conditions)}
+    patch: StatusPatch = {"phase": Phase.RUNNING.value, "conditions": wire_conditions(conditions)}
     if run.status.start_time is None:
         patch["startTime"] = format_time(now)
     return patch
@@ -167,7 +221,7 @@ def ready_patch(run: Run, *, endpoint: Endpoint, now: datetime) -> StatusPatch:
         "reason": Reason.FUNCTION_REGISTERED.value,
         "message": None,
         "endpoint": endpoint.to_dict(),
-        "conditions": _wire(conditions),
+        "conditions": wire_conditions(conditions),
     }
 
 
@@ -195,7 +249,7 @@ def succeeded_patch(run: Run, *, outputs: Mapping[str, str], now: datetime) -> S
         "message": None,
         "completionTime": format_time(now),
         "retryAfter": None,
-        "conditions": _wire(conditions),
+        "conditions": wire_conditions(conditions),
     }
     patch["outputs"] = valid if valid else None
     return patch
@@ -213,14 +267,7 @@ def _ended(run: Run, phase: Phase, reason: Reason, message: str, now: datetime) 
         conditions = set_condition(
             conditions, RunConditionType.READY, False, reason=reason, message=message, now=now
         )
-    return {
-        "phase": phase.value,
-        "reason": reason.value,
-        "message": message,
-        "completionTime": format_time(now),
-        "retryAfter": None,
-        "conditions": _wire(conditions),
-    }
+    return ended_patch(phase, reason, message, conditions, now)
 
 
 def timed_out_patch(run: Run, *, reason: Reason, message: str, now: datetime) -> StatusPatch:

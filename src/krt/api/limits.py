@@ -84,3 +84,14 @@ MAX_OUTPUT_KEY_CHARS: Final = 63
 MAX_OUTPUTS: Final = 64
 MAX_OUTPUT_VALUE_BYTES: Final = 4 * 1024
 MAX_OUTPUTS_TOTAL_BYTES: Final = 16 * 1024
+
+# --- invocations (seed 000 "Invoke Contract", seed 002 "Invocation Semantics") ---------------
+#: Largest invocation input: the gateway's request body, runtimed's and the Runtime Servers'
+#: ``InvokeFunctionRequest.input`` (bytes; seed 000: "request body: 1 MiB").
+MAX_INVOKE_INPUT_BYTES: Final = 1024 * 1024
+#: Largest invocation output a built-in Runtime Server returns (bytes).
+MAX_INVOKE_OUTPUT_BYTES: Final = 1024 * 1024
+#: Largest invocation ID (bytes; seed 000/002: "invocation ID: 128 bytes").
+MAX_INVOCATION_ID_BYTES: Final = 128
+#: The invocation timeout when none is given (``timeout_millis == 0``; seconds).
+DEFAULT_INVOKE_TIMEOUT_SECONDS: Final = 30.0

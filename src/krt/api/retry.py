@@ -50,9 +50,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final, TypeAlias
 
-from krt.api.conditions import bound_message, set_condition
+from krt.api.conditions import bound_message, set_condition, wire_conditions
 from krt.api.constants import Reason, RunConditionType
 from krt.api.durations import parse_duration
+from krt.api.lifecycle import ended_patch, run_conditions
 from krt.api.limits import MAX_BACKOFF_SECONDS
 from krt.api.patches import StatusPatch
 from krt.api.phases import Phase, is_terminal
@@ -245,24 +246,15 @@ def decide(run: Run, failure: Failure, *, now: datetime, reentry: Reentry) -> Re
     retry_after = now + timedelta(seconds=delay)
     next_attempt = current + 1
     message = bound_message(f"{detail}; attempt {next_attempt} after {delay:g}s")
-    conditions = list(status.conditions)
-    conditions = set_condition(
-        conditions,
+    conditions = run_conditions(
+        run,
         RunConditionType.RUNNING,
         False,
         reason=Reason.RETRY_BACKOFF,
         message=message,
         now=now,
+        ready_reason=failure.reason,
     )
-    if run.spec.is_function:
-        conditions = set_condition(
-            conditions,
-            RunConditionType.READY,
-            False,
-            reason=failure.reason,
-            message=message,
-            now=now,
-        )
     patch: StatusPatch = {
         "attempt": next_attempt,
         "reason": failure.reason.value,
@@ -285,38 +277,18 @@ def decide(run: Run, failure: Failure, *, now: datetime, reentry: Reentry) -> Re
             message=message,
             now=now,
         )
-    patch["conditions"] = [condition.to_dict() for condition in conditions]
+    patch["conditions"] = wire_conditions(conditions)
     return Retry(patch=patch, attempt=next_attempt, retry_after=retry_after, delay_seconds=delay)
 
 
 def _terminal(run: Run, failure: Failure, message: str, now: datetime, why: str) -> Terminal:
     message = bound_message(message)
-    conditions = set_condition(
-        run.status.conditions,
-        RunConditionType.RUNNING,
-        False,
-        reason=failure.reason,
-        message=message,
-        now=now,
+    conditions = run_conditions(
+        run, RunConditionType.RUNNING, False, reason=failure.reason, message=message, now=now
     )
-    if run.spec.is_function:
-        conditions = set_condition(
-            conditions,
-            RunConditionType.READY,
-            False,
-            reason=failure.reason,
-            message=message,
-            now=now,
-        )
-    patch: StatusPatch = {
-        "phase": Phase.FAILED.value,
-        "reason": failure.reason.value,
-        "message": message,
-        "completionTime": format_time(now),
-        "retryAfter": None,
-        "conditions": [condition.to_dict() for condition in conditions],
-    }
-    return Terminal(patch=patch, why=why)
+    return Terminal(
+        patch=ended_patch(Phase.FAILED, failure.reason, message, conditions, now), why=why
+    )
 
 
 def retry_wait_seconds(status: RunStatus, *, now: datetime) -> float:
@@ -358,24 +330,13 @@ def resume_patch(run: Run, *, now: datetime) -> StatusPatch:
         raise ValueError(f"Run {run.key}: backoff runs until {format_time(status.retry_after)}")
     policy = run.spec.effective_retry_policy
     message = f"attempt {max(1, status.attempt)} of {max(1, policy.max_attempts)} running"
-    conditions = set_condition(
-        status.conditions,
+    conditions = run_conditions(
+        run,
         RunConditionType.RUNNING,
         True,
         reason=Reason.CLAIMED,
         message=message,
         now=now,
+        ready_reason=Reason.REGISTERING,
     )
-    if run.spec.is_function:
-        conditions = set_condition(
-            conditions,
-            RunConditionType.READY,
-            False,
-            reason=Reason.REGISTERING,
-            message=message,
-            now=now,
-        )
-    return {
-        "retryAfter": None,
-        "conditions": [condition.to_dict() for condition in conditions],
-    }
+    return {"retryAfter": None, "conditions": wire_conditions(conditions)}

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import trio
 
+from krt.api import limits
 from krt.cli.exitcodes import ExitCode, for_http_status
 from krt.cli.failures import CommandFailed, one_line
 
@@ -30,9 +31,9 @@ INVOCATION_ID_HEADER: Final = "X-Kruntime-Invocation-ID"
 TIMEOUT_HEADER: Final = "X-Kruntime-Timeout"
 OUTPUTS_HEADER: Final = "X-Kruntime-Outputs"
 #: Seed 000: request bodies are limited to 1 MiB.
-MAX_BODY_BYTES: Final = 1024 * 1024
+MAX_BODY_BYTES: Final = limits.MAX_INVOKE_INPUT_BYTES
 #: Seed 000: invocation IDs are limited to 128 bytes (visible ASCII per docs/gateway.md).
-MAX_INVOCATION_ID_BYTES: Final = 128
+MAX_INVOCATION_ID_BYTES: Final = limits.MAX_INVOCATION_ID_BYTES
 #: Seconds the client waits beyond the invocation timeout for the gateway's own 504.
 CLIENT_GRACE_SECONDS: Final = 5.0
 #: The gateway's largest invocation timeout (docs/gateway.md ``--max-timeout``, seconds): the

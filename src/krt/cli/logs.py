@@ -1,6 +1,6 @@
 """A Run's logs: the runtimed container log of its Pod, filtered by the Run's UID.
 
-runtimed writes JSON lines (``src/runtimed/logs.py``); every record about a Run carries
+runtimed writes JSON lines (:mod:`krt.logs`); every record about a Run carries
 ``run_uid`` and ``attempt``, and a task's stdout/stderr lines carry ``stream`` too (issue 6:
 output goes to logs, never to ``Run.status``). ``krt logs`` reads
 ``pods/{assignedPod}/log?container=runtimed`` and prints the Run's output lines (stdout lines
@@ -29,7 +29,7 @@ from krt.kube.resources import PODS
 if TYPE_CHECKING:
     from krt.kube.client import Kube  # kr8s is imported only when a command connects
 
-#: The container runtimed runs in (``krt.controlplane.naming.RUNTIMED_CONTAINER_NAME``).
+#: The container runtimed runs in (``krt.api.naming.RUNTIMED_CONTAINER_NAME``).
 RUNTIMED_CONTAINER = "runtimed"
 #: After the Run is terminal, stop following once no line came for this many seconds.
 SETTLE_SECONDS = 2.0

@@ -7,6 +7,6 @@ Deployments). Every decision is a pure function over plain data (``scheduling``,
 
 It talks only to the Kubernetes API (through :mod:`krt.kube`) and imports only
 :mod:`krt.api` and :mod:`krt.kube`; it must not import ``runtimed``, ``gateway`` or
-``localkube``. Importing this package is cheap: :mod:`krt.controlplane.naming` is what the
-gateway imports to find a Runtime's Service.
+``localkube``. The names of the objects it creates are :mod:`krt.api.naming`, shared with
+the gateway, runtimed and the CLI.
 """

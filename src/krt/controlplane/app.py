@@ -3,9 +3,9 @@
 ::
 
     serve_controlplane
-      ApiEventRecorder.run      Events, fire and forget
+      EventRecorder.run         Events, fire and forget
       Caches.run                every shared informer (started = all synced)
-      serve_metrics             /metrics (optional)
+      serve_http                /metrics and /healthz (optional)
       LeaderElector.run         (or directly, without leader election)
         leading                 one term of leadership
           RuntimeController.run
@@ -29,19 +29,25 @@ from dataclasses import dataclass, field
 
 import trio
 
+from krt.api.naming import LEADER_LEASE_NAME
 from krt.controlplane.caches import Caches
-from krt.controlplane.events import ApiEventRecorder
 from krt.controlplane.gc_loop import CompletedRunGC
-from krt.controlplane.metrics import ControlPlaneMetrics, serve_metrics
-from krt.controlplane.naming import LEADER_LEASE_NAME
+from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.reaper_loop import Reaper
 from krt.controlplane.runtime_controller import RuntimeController
 from krt.controlplane.scheduler_loop import Scheduler
 from krt.kube.client import Kube
 from krt.kube.clock import Clock, SystemClock
+from krt.kube.events import EventRecorder
 from krt.kube.leaderelection import LeaderElector
+from krt.metrics_server import http_address, metrics_app, serve_http
 
 log = logging.getLogger(__name__)
+
+#: ``source.component`` of the control plane's Events.
+COMPONENT = "krt-controlplane"
+#: Events waiting to be written; more are dropped (counted in ``EventRecorder.dropped``).
+EVENT_BUFFER = 1024
 
 
 def default_identity() -> str:
@@ -100,7 +106,7 @@ class ControlPlane:
     reaper: Reaper
     gc: CompletedRunGC
     metrics: ControlPlaneMetrics
-    recorder: ApiEventRecorder
+    recorder: EventRecorder
     elector: LeaderElector | None = None
     metrics_url: str | None = None
     leading: trio.Event = field(default_factory=trio.Event)
@@ -127,7 +133,7 @@ async def serve_controlplane(
     caches = Caches(
         kube, config.namespaces, now=config.clock.now, resync_seconds=config.resync_seconds
     )
-    recorder = ApiEventRecorder(kube, now=config.clock.now)
+    recorder = EventRecorder(kube, COMPONENT, capacity=EVENT_BUFFER, clock=config.clock)
     plane = ControlPlane(
         caches=caches,
         runtime_controller=RuntimeController(kube, caches, metrics=metrics, recorder=recorder),
@@ -157,9 +163,10 @@ async def serve_controlplane(
         await nursery.start(recorder.run)
         await nursery.start(caches.run)
         if config.metrics_port is not None:
-            plane.metrics_url = await nursery.start(
-                serve_metrics, metrics, config.metrics_host, config.metrics_port
+            port = await nursery.start(
+                serve_http, metrics_app(metrics.registry), config.metrics_host, config.metrics_port
             )
+            plane.metrics_url = f"http://{http_address(config.metrics_host, port)}"
         if config.leader_elect:
             plane.elector = LeaderElector(
                 kube,

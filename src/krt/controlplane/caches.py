@@ -21,9 +21,9 @@ import trio
 
 from krt.api.constants import RUNTIME_LABEL
 from krt.api.errors import ApiError
+from krt.api.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, runtime_service_name
 from krt.api.run import Run
 from krt.api.runtime import Runtime
-from krt.controlplane.naming import MANAGED_BY_LABEL, MANAGED_BY_VALUE, runtime_service_name
 from krt.controlplane.podstate import (
     PodState,
     heartbeat_expires_in,

@@ -25,18 +25,13 @@ from krt.controlplane.caches import Caches
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.kube.client import Kube
 from krt.kube.errors import Conflict, NotFound
-from krt.kube.informer import EventType, InformerEvent
+from krt.kube.informer import EventType, InformerEvent, object_key
 from krt.kube.resources import RUNS
 from krt.kube.workqueue import Requeue, WorkQueue
 
 log = logging.getLogger(__name__)
 
 RunKey = tuple[str, str]
-
-
-def _key(obj: Mapping[str, Any]) -> RunKey:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 class CompletedRunGC:
@@ -68,7 +63,7 @@ class CompletedRunGC:
         if deadline is None:
             return
         delay = (deadline - self._caches.now()).total_seconds()
-        self.queue.add_after(_key(obj), delay)
+        self.queue.add_after(object_key(obj), delay)
 
     def _on_run(self, event: InformerEvent) -> None:
         if event.type is EventType.DELETED:

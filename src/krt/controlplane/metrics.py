@@ -1,25 +1,17 @@
-"""Prometheus metrics of the control plane, and the ``/metrics`` HTTP endpoint.
+"""Prometheus metrics of the control plane (served by :mod:`krt.metrics_server`).
 
 Each :class:`ControlPlaneMetrics` owns its own ``CollectorRegistry`` (not the process-wide
-default), so two control planes in one test process never share counters. The endpoint is
-``prometheus_client.make_asgi_app`` served by hypercorn on trio: both libraries the project
-already depends on.
+default), so two control planes in one test process never share counters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
-import trio
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 #: Bind latency buckets, seconds: from 1 ms (a wake on capacity release) to 30 s.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class ControlPlaneMetrics:
@@ -87,59 +79,3 @@ class ControlPlaneMetrics:
     def track_queue(self, name: str, depth: Callable[[], int]) -> None:
         """Report ``depth()`` as ``queue_depth{queue=name}`` at every scrape."""
         self.queue_depth.labels(queue=name).set_function(lambda: float(depth()))
-
-
-def metrics_app(metrics: ControlPlaneMetrics) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """An ASGI app serving ``metrics.registry`` on every path, answering lifespan messages.
-
-    hypercorn on trio sends ``lifespan`` events, which ``make_asgi_app`` does not handle.
-    """
-    inner = make_asgi_app(registry=metrics.registry)
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        await inner(scope, receive, send)
-
-    return app
-
-
-async def serve_metrics(
-    metrics: ControlPlaneMetrics,
-    host: str,
-    port: int,
-    *,
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve ``/metrics`` over HTTP until cancelled.
-
-    Args:
-        metrics: what to serve.
-        host: listen address. port: listen port (0 picks a free one).
-        task_status: ``started(url)`` with the bound ``http://host:port`` once listening.
-
-    Raises:
-        OSError: the address cannot be bound.
-    """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
-    config = Config()
-    config.bind = [f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = None
-
-    async def started(
-        *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        await serve(metrics_app(metrics), config, task_status=task_status)  # type: ignore[arg-type]
-
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(started)
-        task_status.started(binds[0] if binds else f"http://{host}:{port}")

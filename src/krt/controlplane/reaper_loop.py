@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import trio
 
@@ -30,13 +28,13 @@ from krt.api.patches import apply_merge_patch
 from krt.api.retry import Retry
 from krt.api.run import Run
 from krt.controlplane.caches import Caches
-from krt.controlplane.events import Recorder
 from krt.controlplane.fencing import Fence, Healthy, NotFenced, Recover, decide_reap, in_scope
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import Conflict, NotFound
-from krt.kube.informer import EventType, InformerEvent
+from krt.kube.events import EventSink
+from krt.kube.informer import EventType, InformerEvent, object_key
 from krt.kube.resources import PODS, RUNS
 from krt.kube.status import write_status
 from krt.kube.workqueue import Requeue, WorkQueue
@@ -46,11 +44,6 @@ log = logging.getLogger(__name__)
 RunKey = tuple[str, str]
 #: Seconds between checks of a Run whose Pod looks lost but is not fenced yet.
 RECHECK_SECONDS = 5.0
-
-
-def _key(obj: Mapping[str, Any]) -> RunKey:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 class Reaper:
@@ -69,7 +62,7 @@ class Reaper:
         caches: Caches,
         *,
         metrics: ControlPlaneMetrics,
-        recorder: Recorder,
+        recorder: EventSink,
     ) -> None:
         self._kube = kube
         self._caches = caches
@@ -89,7 +82,7 @@ class Reaper:
             return
         run = self._caches.parse_run(event.obj)
         if run is not None and in_scope(run):
-            self.queue.add(_key(event.obj))
+            self.queue.add(object_key(event.obj))
 
     def _wake_pod_uid(self, uid: str) -> None:
         for run in self._caches.runs_on_pod(uid):
@@ -160,9 +153,9 @@ class Reaper:
                 return None
             outcome = "requeued" if isinstance(decision.decision, Retry) else "failed"
             self._metrics.recoveries.labels(fence=decision.fence.value, outcome=outcome).inc()
-            self._recorder.record(
+            self._recorder.emit(
                 obj,
-                type="Warning",
+                type_="Warning",
                 reason="PodLost",
                 message=f"{decision.message}; "
                 + (
@@ -202,14 +195,14 @@ class Reaper:
         try:
             await self._kube.patch(RUNS, str(meta["name"]), str(meta["namespace"]), patch)
         except (Conflict, NotFound) as exc:
-            log.debug("finalizer removal on %s skipped: %s", _key(obj), exc)
+            log.debug("finalizer removal on %s skipped: %s", object_key(obj), exc)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Reap until cancelled (the caller holds leadership). Checks every assigned Run first."""
         for obj in self._caches.runs.items():
             run = self._caches.parse_run(obj)
             if run is not None and in_scope(run):
-                self.queue.add(_key(obj))
+                self.queue.add(object_key(obj))
         async with trio.open_nursery() as nursery:
             await nursery.start(functools.partial(self.queue.run, self.reconcile, workers=4))
             task_status.started()

@@ -26,13 +26,13 @@ import trio
 from krt.api.constants import RUNTIME_LABEL
 from krt.api.patches import apply_merge_patch
 from krt.controlplane.caches import Caches, InformerSet
-from krt.controlplane.events import Recorder
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.controlplane.runtime_resources import desired_objects, merge_for_update, needs_update
 from krt.controlplane.runtime_status import runtime_status_patch
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
+from krt.kube.events import EventSink
 from krt.kube.informer import InformerEvent
 from krt.kube.resources import (
     DEPLOYMENTS,
@@ -67,7 +67,7 @@ class RuntimeController:
         caches: Caches,
         *,
         metrics: ControlPlaneMetrics,
-        recorder: Recorder,
+        recorder: EventSink,
     ) -> None:
         self._kube = kube
         self._caches = caches
@@ -115,7 +115,7 @@ class RuntimeController:
         try:
             desired = desired_objects(runtime)
         except ValueError as exc:
-            self._recorder.record(obj, type="Warning", reason="InvalidTemplate", message=str(exc))
+            self._recorder.emit(obj, type_="Warning", reason="InvalidTemplate", message=str(exc))
             log.warning("Runtime %s/%s: %s", namespace, name, exc)
             return None
         requeue = False
@@ -138,8 +138,8 @@ class RuntimeController:
             except (Conflict, NotFound):
                 requeue = True  # the cache is behind; its event queues this key again
             except Invalid as exc:
-                self._recorder.record(
-                    obj, type="Warning", reason="InvalidTemplate", message=str(exc)
+                self._recorder.emit(
+                    obj, type_="Warning", reason="InvalidTemplate", message=str(exc)
                 )
                 log.warning("Runtime %s/%s: %s rejected: %s", namespace, name, want["kind"], exc)
         deployment = self._caches.deployments.get(namespace, desired[-1]["metadata"]["name"])
@@ -181,7 +181,7 @@ class RuntimeController:
             f'{want["kind"]} "{meta["name"]}" already exists and is not owned by this Runtime; '
             "delete or rename it"
         )
-        self._recorder.record(runtime_obj, type="Warning", reason="NameConflict", message=message)
+        self._recorder.emit(runtime_obj, type_="Warning", reason="NameConflict", message=message)
         log.warning(
             "Runtime %s/%s: %s", meta["namespace"], runtime_obj["metadata"]["name"], message
         )

@@ -4,16 +4,16 @@ Issue 5, Runtime controller. For each Runtime the controller keeps, in the Runti
 namespace and owned by it (garbage-collected with it):
 
 * a Deployment whose Pods run the template's containers plus the injected ``runtimed``
-  sidecar (image ``spec.daemonImage`` or :data:`~krt.controlplane.naming.DEFAULT_DAEMON_IMAGE`),
+  sidecar (image ``spec.daemonImage`` or :data:`~krt.api.naming.DEFAULT_DAEMON_IMAGE`),
   carry the ``kruntimes.io/runtime`` label and the capacity annotation, have a readiness gate
   on ``kruntimes.io/RuntimedReady``, share the workspace emptyDir, and give runtimed its Pod
   name, namespace, UID and IP (downward API), the Runtime name, the Runtime Server address
   and its own port;
 * a ClusterIP Service selecting those Pods (only Ready ones receive traffic) on runtimed's
-  gRPC port, named by :func:`~krt.controlplane.naming.runtime_service_name`;
+  gRPC port, named by :func:`~krt.api.naming.runtime_service_name`;
 * a ServiceAccount, Role and RoleBinding with the least permissions runtimed needs.
 
-Each object carries :data:`~krt.controlplane.naming.DESIRED_HASH_ANNOTATION`, a hash of the
+Each object carries :data:`~krt.api.naming.DESIRED_HASH_ANNOTATION`, a hash of the
 desired form; the reconciler replaces an object whose hash differs (or whose replica count
 drifted) and recreates a missing one.
 """
@@ -35,8 +35,7 @@ from krt.api.constants import (
     RUNTIME_LABEL,
     RUNTIMED_READY_POD_CONDITION,
 )
-from krt.api.runtime import Runtime
-from krt.controlplane.naming import (
+from krt.api.naming import (
     DEFAULT_DAEMON_IMAGE,
     DESIRED_HASH_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -53,6 +52,7 @@ from krt.controlplane.naming import (
     runtime_service_account_name,
     runtime_service_name,
 )
+from krt.api.runtime import Runtime
 
 #: The permissions runtimed needs in its namespace (least privilege; issue 5):
 #: read Runs and write their status and finalizers (seed 000 Cleanup and Finalization),

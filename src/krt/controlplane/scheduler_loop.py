@@ -33,9 +33,8 @@ from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase
 from krt.api.resources import add
 from krt.api.run import Run
-from krt.controlplane.caches import Caches, runtime_key
+from krt.controlplane.caches import Caches
 from krt.controlplane.capacity import AssumedBinds, capacity_holder, usage_by_pod
-from krt.controlplane.events import Recorder
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.controlplane.scheduling import (
@@ -48,8 +47,9 @@ from krt.controlplane.scheduling import (
 )
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import Conflict, KubeError, NotFound
+from krt.kube.events import EventSink
 from krt.kube.heartbeat import heartbeat_fresh
-from krt.kube.informer import EventType, InformerEvent
+from krt.kube.informer import EventType, InformerEvent, object_key
 from krt.kube.resources import RUNS
 from krt.kube.status import write_status
 from krt.kube.workqueue import Requeue, WorkQueue
@@ -59,11 +59,6 @@ log = logging.getLogger(__name__)
 RunKey = tuple[str, str]
 #: Binds in flight at once (each is one HTTP request).
 MAX_CONCURRENT_BINDS = 16
-
-
-def _key(obj: Mapping[str, Any]) -> RunKey:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 class Scheduler:
@@ -82,7 +77,7 @@ class Scheduler:
         caches: Caches,
         *,
         metrics: ControlPlaneMetrics,
-        recorder: Recorder,
+        recorder: EventSink,
     ) -> None:
         self._kube = kube
         self._caches = caches
@@ -128,7 +123,7 @@ class Scheduler:
 
     def _on_run(self, event: InformerEvent) -> None:
         obj = event.obj
-        key = _key(obj)
+        key = object_key(obj)
         meta = obj.get("metadata") or {}
         spec_runtime = str((obj.get("spec") or {}).get("runtime", ""))
         self._usage.pop(runtime_key(key[0], spec_runtime), None)
@@ -297,7 +292,7 @@ class Scheduler:
                 self.queue.add_after(key, 0.5)
                 return
         kind, reason, message = event
-        self._recorder.record(obj, type=kind, reason=reason, message=message)
+        self._recorder.emit(obj, type_=kind, reason=reason, message=message)
 
     def _drop_assumption(self, key: RunKey, run: Run) -> None:
         self.assumed.forget(run.metadata.uid)
@@ -338,9 +333,9 @@ class Scheduler:
         since = self._pending_since.pop(key, None)
         if since is not None:
             self._metrics.bind_latency.observe(trio.current_time() - since)
-        self._recorder.record(
+        self._recorder.emit(
             obj,
-            type="Normal",
+            type_="Normal",
             reason="Scheduled",
             message=f"bound to Pod {decision.pod.name} (attempt {decision.attempt})",
         )
@@ -354,7 +349,7 @@ class Scheduler:
             for obj in self._caches.runs.items():
                 run = self._caches.parse_run(obj)
                 if run is not None and run.status.phase is Phase.PENDING:
-                    self._enqueue(_key(obj))
+                    self._enqueue(object_key(obj))
             await nursery.start(functools.partial(self.queue.run, self.reconcile, workers=1))
             task_status.started()
 
@@ -363,5 +358,6 @@ def _parse(obj: Obj) -> Run | None:
     try:
         return Run.from_dict(obj)
     except Exception:  # a malformed fresh read: leave it to the informer
-        log.warning("ignoring malformed Run %s", _key(obj))
+        meta = obj.get("metadata") or {}
+        log.warning("ignoring malformed Run %s/%s", meta.get("namespace"), meta.get("name"))
         return None

@@ -28,15 +28,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias
 
-from krt.api.conditions import find_condition, set_condition
+from krt.api.conditions import find_condition, set_condition, wire_conditions
 from krt.api.constants import ConditionStatus, Reason, RunConditionType
+from krt.api.lifecycle import ended_patch, run_conditions
 from krt.api.patches import StatusPatch
 from krt.api.phases import Phase
 from krt.api.resources import RUNS, fits, free
 from krt.api.retry import retry_wait_seconds
 from krt.api.run import Run
 from krt.api.runtime import Runtime
-from krt.api.times import format_time
 from krt.controlplane.podstate import PodState
 
 
@@ -201,7 +201,7 @@ def bind_decision(run: Run, pod: PodState, *, now: datetime) -> Bind:
         "attempt": attempt,
         "retryAfter": None,
         "message": message,
-        "conditions": [condition.to_dict() for condition in conditions],
+        "conditions": wire_conditions(conditions),
     }
     return Bind(pod=pod, patch=patch, attempt=attempt)
 
@@ -213,31 +213,10 @@ def cancel_patch(run: Run, *, now: datetime) -> StatusPatch:
     and, for a function Run, ``Ready=False/Cancelled``; removes ``retryAfter``.
     """
     message = "cancelled before it was scheduled (spec.cancelRequested)"
-    conditions = set_condition(
-        run.status.conditions,
-        RunConditionType.SCHEDULED,
-        False,
-        reason=Reason.CANCELLED,
-        message=message,
-        now=now,
+    conditions = run_conditions(
+        run, RunConditionType.SCHEDULED, False, reason=Reason.CANCELLED, message=message, now=now
     )
-    if run.spec.is_function:
-        conditions = set_condition(
-            conditions,
-            RunConditionType.READY,
-            False,
-            reason=Reason.CANCELLED,
-            message=message,
-            now=now,
-        )
-    return {
-        "phase": Phase.CANCELLED.value,
-        "reason": Reason.CANCELLED.value,
-        "message": message,
-        "completionTime": format_time(now),
-        "retryAfter": None,
-        "conditions": [condition.to_dict() for condition in conditions],
-    }
+    return ended_patch(Phase.CANCELLED, Reason.CANCELLED, message, conditions, now)
 
 
 def _unschedulable(run: Run, reason: Reason, message: str, now: datetime) -> Unschedulable:
@@ -250,26 +229,18 @@ def _unschedulable(run: Run, reason: Reason, message: str, now: datetime) -> Uns
         and run.status.message == message
     ):
         return Unschedulable(reason, message, {})
-    conditions = set_condition(
-        run.status.conditions,
+    conditions = run_conditions(
+        run,
         RunConditionType.SCHEDULED,
         False,
         reason=reason,
         message=message,
         now=now,
+        ready_reason=Reason.NOT_SCHEDULED,
     )
-    if run.spec.is_function:
-        conditions = set_condition(
-            conditions,
-            RunConditionType.READY,
-            False,
-            reason=Reason.NOT_SCHEDULED,
-            message=message,
-            now=now,
-        )
     patch: StatusPatch = {
         "phase": Phase.PENDING.value,
         "message": message,
-        "conditions": [condition.to_dict() for condition in conditions],
+        "conditions": wire_conditions(conditions),
     }
     return Unschedulable(reason, message, patch)

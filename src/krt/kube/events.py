@@ -1,7 +1,11 @@
 """Kubernetes Events off the hot path: a bounded queue, one writer task, repeat aggregation.
 
-``recorder.event(obj, "Warning", "ExecutionStartFailed", "...")`` is synchronous and never
-waits: it puts a small record on a bounded memory channel. When the channel is full the
+The one Event recorder of the project (control plane, runtimed and gateway all use it).
+Callers depend on the :class:`EventSink` protocol; :class:`NullEventSink` drops everything
+(tests and components that do not want Events).
+
+``recorder.emit(obj, type_="Warning", reason="StartFailed", message="...")`` is synchronous
+and never waits: it puts a small record on a bounded memory channel. When the channel is full the
 record is dropped and counted (:attr:`EventRecorder.dropped`): an Event is a diagnostic, and
 a burst of them must never slow a reconcile or an invoke (seed 003: the asynchronous start
 worker "emits an Event"; it must not block on the API to do so).
@@ -9,7 +13,9 @@ worker "emits an Event"; it must not block on the API to do so).
 The writer task (:meth:`EventRecorder.run`) creates core/v1 Events. A repeat of the same
 (object uid, type, reason, message) within the cache bumps the existing Event's ``count``
 and ``lastTimestamp`` with a merge patch instead of creating another object, as kubectl's
-and client-go's recorders do. Write failures are logged and counted, never raised.
+and client-go's recorders do (a repeat whose patch fails, e.g. because the Event was deleted
+or the role may only create Events, is written as a new Event). Each write has a deadline of
+:data:`WRITE_DEADLINE_SECONDS`. Write failures are logged and counted, never raised.
 """
 
 from __future__ import annotations
@@ -19,16 +25,16 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
 from krt.kube.clock import Clock, SystemClock, format_time
-from krt.kube.errors import KubeError, NotFound
+from krt.kube.errors import KubeError
 from krt.kube.interface import KubeClient
 from krt.kube.resources import EVENTS
 
-__all__ = ["EventRecorder"]
+__all__ = ["EventRecorder", "EventSink", "NullEventSink"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,23 @@ MAX_MESSAGE_CHARS: Final = 1024
 MAX_REASON_CHARS: Final = 128
 #: Remembered (object, reason, message) combinations for aggregation.
 AGGREGATION_CACHE_SIZE: Final = 4096
+#: Longest one Event write may take before it is abandoned (seconds).
+WRITE_DEADLINE_SECONDS: Final = 5.0
+
+
+class EventSink(Protocol):
+    """Records Events about objects, fire and forget (what loops and lifecycles depend on)."""
+
+    def emit(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
+        """Queue one Event about ``obj`` (``type_`` is ``Normal`` or ``Warning``); never blocks."""
+        ...
+
+
+class NullEventSink:
+    """Drops every Event (tests, or components that do not record Events)."""
+
+    def emit(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
+        """Do nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +107,7 @@ class EventRecorder:
     """Records Events for objects without blocking the caller.
 
     Args:
-        kube: the client.
+        kube: the client (needs ``create`` and, for aggregation, ``patch`` on Events).
         component: ``source.component`` / ``reportingComponent``, e.g. ``runtimed``.
         instance: ``reportingInstance`` / ``source.host`` (e.g. the Pod name); optional.
         capacity: records buffered before new ones are dropped (>= 1).
@@ -121,31 +144,30 @@ class EventRecorder:
         #: Writes that failed (logged).
         self.failed = 0
 
-    def event(self, obj: Mapping[str, Any], type: str, reason: str, message: str) -> bool:  # noqa: A002
+    def emit(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
         """Queue an Event about ``obj``; never blocks.
+
+        When the buffer is full the Event is dropped and counted in :attr:`dropped`.
 
         Args:
             obj: the involved object (needs ``metadata.name``; ``kind``, ``apiVersion``,
-                ``namespace`` and ``uid`` are copied when present).
-            type: ``Normal`` or ``Warning``.
+                ``namespace``, ``uid`` and ``resourceVersion`` are copied when present).
+            type_: ``Normal`` or ``Warning``.
             reason: short UpperCamelCase reason (at most 128 characters).
             message: human-readable text; cut to 1024 characters.
-
-        Returns:
-            True if queued, False if dropped because the buffer is full.
 
         Raises:
             ValueError: unknown type, empty or over-long reason, or ``obj`` without a name.
         """
-        if type not in EVENT_TYPES:
-            raise ValueError(f"event type must be one of {sorted(EVENT_TYPES)}, got {type!r}")
+        if type_ not in EVENT_TYPES:
+            raise ValueError(f"event type must be one of {sorted(EVENT_TYPES)}, got {type_!r}")
         if not reason or len(reason) > MAX_REASON_CHARS:
             raise ValueError(f"event reason must be 1..{MAX_REASON_CHARS} characters")
         involved = _involved(obj)
         record = _Record(
             involved=involved,
             namespace=involved.get("namespace") or "default",
-            type=type,
+            type=type_,
             reason=reason,
             message=message[:MAX_MESSAGE_CHARS],
         )
@@ -154,8 +176,6 @@ class EventRecorder:
         except trio.WouldBlock:
             self.dropped += 1
             log.debug("event buffer full; dropped %s %s", reason, involved.get("name"))
-            return False
-        return True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write queued Events until cancelled.
@@ -166,8 +186,9 @@ class EventRecorder:
         task_status.started()
         async for record in self._receive:
             try:
-                await self._write(record)
-            except KubeError as exc:
+                with trio.fail_after(WRITE_DEADLINE_SECONDS):
+                    await self._write(record)
+            except (KubeError, trio.TooSlowError) as exc:
                 self.failed += 1
                 log.info(
                     "event %s for %s not written: %s",
@@ -189,7 +210,8 @@ class EventRecorder:
                     {"count": previous.count + 1, "lastTimestamp": now},
                     type="merge",
                 )
-            except NotFound:
+            except KubeError as exc:
+                log.debug("event %s not aggregated (%s); writing a new one", record.reason, exc)
                 del self._recent[key]
             else:
                 previous.count += 1

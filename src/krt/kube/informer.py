@@ -23,10 +23,11 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import trio
 
@@ -83,7 +84,7 @@ IndexFunc = Callable[[Obj], Iterable[str]]
 Key = tuple[str, str]
 
 
-def object_key(obj: Obj) -> Key:
+def object_key(obj: Mapping[str, Any]) -> Key:
     """Return ``(namespace, name)`` of ``obj`` (namespace ``""`` for cluster-scoped objects).
 
     Raises:

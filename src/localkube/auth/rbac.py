@@ -276,6 +276,24 @@ def authorize(user: UserInfo, attrs: RequestAttributes, rbac: RbacSource) -> Dec
     return Decision(False, resolver.reason())
 
 
+def role_reference_rules(
+    role_ref: Mapping[str, Any], namespace: str, rbac: RbacSource
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Return the rules a binding's ``roleRef`` grants, and why some could not be read.
+
+    Args:
+        role_ref: ``{"kind": "Role"|"ClusterRole", "name": ...}``.
+        namespace: the binding's namespace (``""`` for a ClusterRoleBinding).
+        rbac: the RBAC objects.
+
+    Returns:
+        ``(rules, errors)``; errors such as ``role.rbac.authorization.k8s.io "x" not found``.
+    """
+    resolver = _Resolver(rbac)
+    rules = resolver._role_rules(role_ref, namespace)
+    return rules, list(dict.fromkeys(resolver.errors))
+
+
 @dataclass(frozen=True)
 class UserRules:
     """Everything a user may do in one namespace (SelfSubjectRulesReview).

@@ -7,6 +7,12 @@ REST paths (``/api/v1/namespaces/ns/pods``), which keeps list+watch, the status 
 and conditional updates explicit; kr8s provides the authenticated HTTP session (kubeconfig,
 TLS, token). kr8s's own watch restarts a 410 at the same resourceVersion forever and drops
 BOOKMARKs, so :meth:`Kube.watch` reads the stream itself.
+
+Error statuses are read here, never by kr8s (``raise_for_status=False``): on a 401 or 403
+kr8s re-authenticates by closing and recreating its HTTP session, which cuts every other
+request and watch sharing the ``Api``. A 403 is routine for localkube's workers (an Event
+or Pod written into a terminating namespace), and one such answer used to drop every
+informer's watch and the node's in-flight Pod deletions.
 """
 
 from __future__ import annotations
@@ -43,6 +49,21 @@ def _error(exc: kr8s.ServerError) -> ApiStatusError:
     code = resp.status_code if resp is not None else 500
     status: dict[str, Any] = exc.status if isinstance(exc.status, dict) else {}
     return ApiStatusError(code, str(status.get("reason", "")), str(status.get("message", exc)))
+
+
+def status_error(response: httpx.Response) -> ApiStatusError:
+    """The :class:`ApiStatusError` for an error response (body already read)."""
+    try:
+        status = response.json()
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        return ApiStatusError(response.status_code, response.reason_phrase, response.text)
+    return ApiStatusError(
+        int(status.get("code") or response.status_code),
+        str(status.get("reason", "")),
+        str(status.get("message", response.text)),
+    )
 
 
 def collection_path(group_version: str, plural: str, namespace: str | None = None) -> str:
@@ -90,7 +111,11 @@ class Kube:
             kwargs["content"] = json.dumps(body)
             kwargs["headers"] = {"Content-Type": content_type}
         try:
-            async with self.api.call_api(method, version="", base=base, url=url, **kwargs) as r:
+            async with self.api.call_api(
+                method, version="", base=base, url=url, raise_for_status=False, **kwargs
+            ) as r:
+                if r.is_error:
+                    raise status_error(r)
                 return dict(r.json()) if r.content else {}
         except kr8s.ServerError as exc:
             raise _error(exc) from None
@@ -161,8 +186,17 @@ class Kube:
         }
         try:
             async with self.api.call_api(
-                "GET", version="", base=base, url=url, params=query, stream=True
+                "GET",
+                version="",
+                base=base,
+                url=url,
+                params=query,
+                stream=True,
+                raise_for_status=False,
             ) as response:
+                if response.is_error:
+                    await response.aread()
+                    raise status_error(response)
                 async for line in response.aiter_lines():
                     if not line.strip():
                         continue

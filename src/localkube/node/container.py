@@ -40,13 +40,22 @@ from localkube.node.logrotate import LogLimits, RotatingLog, prune_runs
 from localkube.node.logs import encode_records
 from localkube.node.podstatus import ContainerObservation
 from localkube.node.probes import ProbeConfigError, ProbeTiming, ProbeTracker, run_probe
-from localkube.node.process import PidRecord, open_container_process, signal_group, start_ticks
+from localkube.node.process import (
+    CONTAINER_MARK_ENV,
+    PidRecord,
+    kill_marked,
+    open_container_process,
+    signal_group,
+    start_ticks,
+)
 from localkube.node.volumes import VolumeError, mount_volumes
 
 log = logging.getLogger(__name__)
 
 #: How long a waiting container retries its configuration (seconds).
 CONFIG_RETRY = 1.0
+#: Seconds the output pipes are still read after the container's processes are killed.
+PIPE_DRAIN_SECONDS = 1.0
 
 
 @dataclass
@@ -199,8 +208,11 @@ class ContainerRunner:
             f'Container image "{self.spec.get("image", "")}" already present on machine',
         )
         self.record("Normal", "Created", f"Created container {self.name}")
+        mark = f"{self.paths.root.name}/{self.name}/{self.obs.restart_count}"
         try:
-            proc = await open_container_process(argv, env=env, cwd=self.paths.workspace)
+            proc = await open_container_process(
+                argv, env={**env, CONTAINER_MARK_ENV: mark}, cwd=self.paths.workspace
+            )
         except OSError as exc:
             image = self.spec.get("image", "")
             message = (
@@ -228,7 +240,7 @@ class ContainerRunner:
         self._pgid = proc.pid
         self.record("Normal", "Started", f"Started container {self.name}")
         await trio.to_thread.run_sync(
-            PidRecord(proc.pid, proc.pid, start_ticks(proc.pid)).write,
+            PidRecord(proc.pid, proc.pid, start_ticks(proc.pid), mark).write,
             self.paths.pid_file(self.name),
         )
         has_readiness = "readinessProbe" in self.spec
@@ -247,14 +259,15 @@ class ContainerRunner:
             ever_started=True,
         )
         try:
-            return await self._supervise(proc, log_path, env, started)
+            return await self._supervise(proc, log_path, env, started, mark)
         finally:
             if proc.returncode is None:
                 # cancelled (node shutdown after its grace): never leave the group behind
                 signal_group(proc.pid, signal.SIGKILL)
+                kill_marked(mark)  # short procfs scan; no await while cancelled
 
     async def _supervise(
-        self, proc: trio.Process, log_path: Path, env: dict[str, str], started: float
+        self, proc: trio.Process, log_path: Path, env: dict[str, str], started: float, mark: str
     ) -> int:
         kill_reason: list[str] = []
         exited = trio.Event()
@@ -271,8 +284,13 @@ class ContainerRunner:
                     await proc.wait()
                     exited.set()
                     watchers.cancel_scope.cancel()
-                # the container ended: its remaining processes go with it
+                # the container ended: its remaining processes go with it, those that
+                # left its process group (setsid) included
                 signal_group(proc.pid, signal.SIGKILL)
+                await trio.to_thread.run_sync(kill_marked, mark)
+                # a descendant that escaped both (clean environment) may still hold the
+                # output pipes: read what is there, but never wait for their end forever
+                nursery.cancel_scope.deadline = trio.current_time() + PIPE_DRAIN_SECONDS
         rc = proc.returncode if proc.returncode is not None else -9
         code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
         await trio.Path(log_path.with_suffix(".exited")).touch()

@@ -29,7 +29,7 @@ from localkube.controllers.events import EventRecorder
 from localkube.controllers.informer import Informer, KeyedQueue, ObjectKey
 from localkube.controllers.kubeapi import ApiStatusError, Kube, collection_path
 from localkube.node.config import NodeConfig
-from localkube.node.ipam import allocate_pod_ip, listening_addresses
+from localkube.node.ipam import AddressesExhaustedError, allocate_pod_ip, listening_addresses
 from localkube.node.layout import pods_dir
 from localkube.node.podstatus import rfc3339
 from localkube.node.podworker import NodeServices, PodWorker
@@ -178,13 +178,16 @@ class Kubelet:
         self.workers: dict[str, PodWorker] = {}
         self.finished: set[str] = set()
         self.used_ips: set[str] = set()
+        #: Pods (uid -> key) bound here that wait for a free address.
+        self.waiting_for_ip: dict[str, ObjectKey] = {}
+        self._stopping = False
         self._nursery: trio.Nursery | None = None
         self.events = EventRecorder(kube, config.node_name)
         self.services_for_pods = NodeServices(
             kube=kube,
             config=config,
             services_in=self._services_in,
-            release_ip=self.used_ips.discard,
+            release_ip=self._release_ip,
             events=self.events,
         )
 
@@ -197,8 +200,10 @@ class Kubelet:
         spec = pod.get("spec", {})
         worker = self.workers.get(uid)
         if etype == "DELETED":
+            self.waiting_for_ip.pop(uid, None)
             if worker is not None:
                 worker.deleted()
+            self._retry_waiting()  # its address may be free now
             return
         if worker is not None:
             worker.update(pod)
@@ -216,6 +221,9 @@ class Kubelet:
 
     def _start_worker(self, pod: dict[str, Any]) -> None:
         assert self._nursery is not None
+        if self._stopping:
+            return
+        meta = pod["metadata"]
         old_ip = (pod.get("status") or {}).get("podIP", "")
         if old_ip and old_ip not in self.used_ips:
             ip = old_ip
@@ -223,12 +231,65 @@ class Kubelet:
             taken = set(self.used_ips)
             taken.update((p.get("status") or {}).get("podIP", "") for p in self.pods.cache.values())
             taken.update(listening_addresses())  # another dev cluster's Pods and Services
-            ip = allocate_pod_ip(taken)
+            try:
+                ip = allocate_pod_ip(taken)
+            except AddressesExhaustedError as exc:
+                self._wait_for_ip(pod, str(exc))
+                return
+        self.waiting_for_ip.pop(meta["uid"], None)
         self.used_ips.add(ip)
         worker = PodWorker(self.services_for_pods, pod, ip)
         self.workers[pod["metadata"]["uid"]] = worker
         self._nursery.start_soon(self._run_worker, worker)
         worker.update(pod)
+
+    def _wait_for_ip(self, pod: dict[str, Any], reason: str) -> None:
+        """No free address: the Pod stays Pending (like a CNI out of addresses) until a
+        Pod's address is released; a waiting Pod being deleted is deleted at once (it
+        has no processes)."""
+        assert self._nursery is not None
+        meta = pod["metadata"]
+        if meta["uid"] not in self.waiting_for_ip:
+            log.warning(
+                "pod %s/%s waits for an address: %s", meta["namespace"], meta["name"], reason
+            )
+            self.events.record(
+                pod,
+                "Warning",
+                "FailedCreatePodSandBox",
+                f"Failed to create pod sandbox: no Pod address available ({reason})",
+            )
+        self.waiting_for_ip[meta["uid"]] = (meta["namespace"], meta["name"])
+        if meta.get("deletionTimestamp"):
+            self._nursery.start_soon(self._delete_unstarted, pod)
+
+    async def _delete_unstarted(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        path = collection_path("v1", "pods", meta["namespace"]) + f"/{meta['name']}"
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        try:
+            await self.kube.delete(path, body=body)
+        except ApiStatusError as exc:
+            if exc.code not in (404, 409):
+                log.warning("pod %s/%s: delete failed: %s", meta["namespace"], meta["name"], exc)
+
+    def _release_ip(self, ip: str) -> None:
+        """A worker ended: free its address and give it to a Pod waiting for one."""
+        self.used_ips.discard(ip)
+        self._retry_waiting()
+
+    def _retry_waiting(self) -> None:
+        """Start Pods waiting for an address, oldest first, while addresses are free."""
+        if self._stopping:
+            return
+        for uid, key in list(self.waiting_for_ip.items()):
+            pod = self.pods.cache.get(key)
+            if pod is None or pod["metadata"].get("uid") != uid:
+                self.waiting_for_ip.pop(uid, None)
+                continue
+            self._start_worker(pod)
+            if uid not in self.workers:
+                return  # still none free
 
     async def _run_worker(self, worker: PodWorker) -> None:
         # shielded: at node shutdown the worker stops its containers gracefully and is
@@ -304,6 +365,7 @@ class Kubelet:
                 await self._shutdown()
 
     async def _shutdown(self) -> None:
+        self._stopping = True
         with trio.CancelScope(shield=True):
             workers = list(self.workers.values())
             for w in workers:

@@ -62,8 +62,8 @@ class RotatingLog:
 
     Args:
         path: ``logs/<container>/<N>.log``.
-        max_bytes: rotate before a write would make the file larger than this (bytes, >= 1).
-            A single write larger than the limit goes into a fresh file on its own.
+        max_bytes: largest file size in bytes (>= 1); rotation happens between records.
+            A single record larger than the limit goes into a fresh file on its own.
         max_files: files kept for this run, the current one included (>= 1); with 1 the
             file is truncated instead of renamed.
 
@@ -98,15 +98,27 @@ class RotatingLog:
             self._file = None
 
     async def write(self, data: bytes) -> None:
-        """Append ``data`` (whole CRI records) and flush, rotating first if needed."""
-        if not data:
-            return
+        """Append ``data`` (whole CRI records, newline-terminated) and flush, rotating
+        between records so that no file grows past ``max_bytes`` (a single record longer
+        than that gets a file of its own)."""
         async with self._lock:
-            if self._size and self._size + len(data) > self.max_bytes:
-                await self._rotate()
-            await self._file.write(data)
+            while data:
+                room = self.max_bytes - self._size
+                if len(data) <= room:
+                    part, data = data, b""
+                else:
+                    cut = data.rfind(b"\n", 0, room) + 1
+                    if cut == 0 and self._size:
+                        await self._rotate()
+                        continue
+                    if cut == 0:  # one record longer than a whole file
+                        cut = data.find(b"\n") + 1 or len(data)
+                    part, data = data[:cut], data[cut:]
+                await self._file.write(part)
+                self._size += len(part)
+                if data:
+                    await self._rotate()
             await self._file.flush()
-            self._size += len(data)
 
     async def _rotate(self) -> None:
         await self._file.aclose()

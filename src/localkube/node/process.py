@@ -7,6 +7,14 @@ pid file (``<pod-root>/run/<container>.pid``) records pid, process group and the
 start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), so a later
 ``krt dev down`` or node start can kill a group left behind by a crashed node without ever
 signalling a reused pid.
+
+A process group does not hold everything a container starts: a descendant may call
+``setsid`` (a daemon) and leave it. On Kubernetes the container's cgroup still takes it
+down; here every container run gets a unique mark in its environment
+(``KRT_CONTAINER_RUN=<pod-dir>/<container>/<run>``), which descendants inherit, and the
+node kills the processes carrying the mark when the run ends (and ``krt dev down`` after
+a crash, from the mark in the pid file). A descendant that clears its environment
+escapes this; it is the one known gap.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+
+#: Environment variable marking every process of one container run (inherited).
+CONTAINER_MARK_ENV = "KRT_CONTAINER_RUN"
 
 
 def start_ticks(pid: int) -> int | None:
@@ -74,11 +85,13 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
 
 @dataclass(frozen=True)
 class PidRecord:
-    """What a pid file holds. ``start_ticks`` guards against pid reuse."""
+    """What a pid file holds. ``start_ticks`` guards against pid reuse; ``mark`` is the
+    run's :data:`CONTAINER_MARK_ENV` value (None in files of older nodes)."""
 
     pid: int
     pgid: int
     start_ticks: int | None
+    mark: str | None = None
 
     def write(self, path: Path) -> None:
         """Write the record to ``path`` (atomic rename)."""
@@ -92,7 +105,13 @@ class PidRecord:
         """Read a pid file; None if missing or unreadable."""
         try:
             raw = json.loads(path.read_text())
-            return cls(int(raw["pid"]), int(raw["pgid"]), raw.get("start_ticks"))
+            mark = raw.get("mark")
+            return cls(
+                int(raw["pid"]),
+                int(raw["pgid"]),
+                raw.get("start_ticks"),
+                str(mark) if mark is not None else None,
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -101,13 +120,47 @@ class PidRecord:
         return alive(self.pid, self.start_ticks)
 
 
+def marked_processes(mark: str) -> list[int]:
+    """Return the live pids whose environment has ``KRT_CONTAINER_RUN=<mark>``.
+
+    Reads ``/proc/<pid>/environ`` of every process (blocking, in-memory procfs reads);
+    processes of other users (unreadable) are skipped.
+    """
+    needle = f"{CONTAINER_MARK_ENV}={mark}".encode()
+    out = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and alive(int(entry), None):
+            out.append(int(entry))
+    return out
+
+
+def kill_marked(mark: str) -> list[int]:
+    """SIGKILL every process carrying the container-run ``mark``; return their pids."""
+    killed = []
+    for pid in marked_processes(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        killed.append(pid)
+    return killed
+
+
 def kill_leftover_groups(pod_roots_dir: Path) -> list[int]:
     """SIGKILL every container process group recorded under ``pod_roots_dir`` that is alive.
 
     Used at node start and by ``krt dev down`` after the node process is gone. A group is
     killed only if its recorded leader is still the same process (start time matches);
     groups whose leader exited but members remain are found by process group id only if
-    the leader's pid is not reused by another group leader.
+    the leader's pid is not reused by another group leader. Processes carrying a record's
+    container-run mark (descendants that left the group) are killed too.
 
     Returns:
         The process group ids signalled.
@@ -122,6 +175,8 @@ def kill_leftover_groups(pod_roots_dir: Path) -> list[int]:
         if rec.leader_alive() or (not alive(rec.pgid, None) and group_members(rec.pgid)):
             if signal_group(rec.pgid, signal.SIGKILL):
                 killed.append(rec.pgid)
+        if rec.mark:
+            kill_marked(rec.mark)  # descendants that left the group (setsid daemons)
         pid_file.unlink(missing_ok=True)
     return killed
 

@@ -23,7 +23,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from krt.api.constants import RUNTIME_LABEL
-from krt.controlplane.naming import RUNTIMED_GRPC_PORT
+from krt.api.naming import RUNTIMED_GRPC_PORT
 from krt.kube.client import Kube
 from krt.kube.clock import Clock
 from krt.kube.informer import Informer

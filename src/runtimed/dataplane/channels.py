@@ -2,7 +2,7 @@
 
 runtimed's proxy calls two kinds of upstream: its local Runtime Server (plaintext, loopback)
 and owner runtimed peers (mutual TLS, :mod:`runtimed.dataplane.peer`). Both need what
-``purerpc``'s channel lacks and the gateway's :class:`gateway.grpc_client.GrpcConnection`
+``purerpc``'s channel lacks and the gateway's :class:`krt.grpc.client.GrpcConnection`
 provides: a cancelled call sends ``RST_STREAM(CANCEL)`` at once, so cancellation travels
 "all the way down" (issue 8: gateway -> runtimed -> Runtime Server) and one cancelled call
 never takes the shared connection, and the other Runs' calls on it, down. The function
@@ -25,7 +25,7 @@ from typing import Final
 
 import trio
 
-from gateway.grpc_client import ConnectionLostError, GrpcConnection, Metadata
+from krt.grpc.client import ConnectionLostError, GrpcConnection, Metadata
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_SECONDS", "Channels", "ConnectFailed", "open_channels"]
 
@@ -144,8 +144,8 @@ class Channels:
 
         Raises:
             ConnectFailed: no connection (nothing sent).
-            gateway.grpc_client.ConnectionLostError: the connection failed during the call.
-            gateway.grpc_client.GrpcStatusError: a non-OK status.
+            krt.grpc.client.ConnectionLostError: the connection failed during the call.
+            krt.grpc.client.GrpcStatusError: a non-OK status.
         """
         address = (host, port)
         for attempt in (1, 2):

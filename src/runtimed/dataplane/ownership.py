@@ -25,9 +25,9 @@ from typing import Any
 
 from krt.api.constants import RunConditionType
 from krt.api.durations import parse_duration
+from krt.api.naming import RUNTIMED_GRPC_PORT, RUNTIMED_GRPC_PORT_NAME
 from krt.api.phases import Phase
 from krt.api.times import parse_time
-from krt.controlplane.naming import RUNTIMED_GRPC_PORT, RUNTIMED_GRPC_PORT_NAME
 from krt.kube.informer import EventType, InformerEvent
 
 __all__ = ["OwnershipCache", "PodView", "RunView", "pod_view", "run_view"]

@@ -51,7 +51,8 @@ import purerpc
 import trio
 from google.protobuf.message import DecodeError
 
-from gateway.grpc_client import ConnectionLostError, GrpcStatusError, Metadata
+from krt.api import limits
+from krt.grpc.client import ConnectionLostError, GrpcStatusError, Metadata
 from krt.kube.clock import Clock, SystemClock
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
@@ -96,9 +97,9 @@ HOP_ATTEMPT_HEADER: Final = "x-kruntime-expected-attempt"
 #: The assigned Pod UID it expects (the owner's own Pod UID).
 HOP_POD_UID_HEADER: Final = "x-kruntime-expected-pod-uid"
 #: Largest invocation input, bytes (seed 000, Invoke Contract: 1 MiB).
-MAX_INPUT_BYTES: Final = 1024 * 1024
+MAX_INPUT_BYTES: Final = limits.MAX_INVOKE_INPUT_BYTES
 #: Largest invocation ID, bytes (seed 000 / 002).
-MAX_INVOCATION_ID_BYTES: Final = 128
+MAX_INVOCATION_ID_BYTES: Final = limits.MAX_INVOCATION_ID_BYTES
 
 _SERVICE_ONLY: Final = (
     "only InvokeFunction is served on runtimed's Service port; "

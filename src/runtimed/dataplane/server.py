@@ -1,6 +1,6 @@
 """The listener of runtimed's Service port: purerpc framing, per-call cancellation, peer identity.
 
-Connections are served by the Runtime Servers' :class:`servers.common.transport.CallHandler`
+Connections are served by the Runtime Servers' :class:`krt.grpc.server.CallHandler`
 (purerpc 0.8's stock handler ignores ``RST_STREAM`` and connection loss; that handler runs
 each call in its own cancel scope, cancelled by its stream's reset or the connection
 closing, and enforces ``grpc-timeout``). It is reused rather than copied. The one addition
@@ -22,13 +22,13 @@ import trio
 from anyio.streams.tls import TLSListener
 from purerpc import Service
 
+from krt.grpc.server import CallHandler
 from runtimed.dataplane.peer import (
     PeerTLS,
     connection_has_verified_peer,
     reset_peer_verified,
     set_peer_verified,
 )
-from servers.common.transport import CallHandler
 
 __all__ = ["serve_grpc"]
 

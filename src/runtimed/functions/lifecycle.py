@@ -48,9 +48,9 @@ from krt.api.run import FunctionMode, Source
 from krt.kube.client import Obj
 from krt.kube.clock import Clock
 from krt.kube.errors import Conflict, NotFound
+from krt.kube.events import EventSink, NullEventSink
 from krt.kube.informer import EventType, InformerEvent
 from krt.kube.workqueue import Requeue, WorkQueue
-from runtimed.events import EventSink, NullEventSink
 from runtimed.functions.client import FunctionRpcError, FunctionServer, RegisterSpec
 from runtimed.functions.decisions import (
     AddFinalizer,

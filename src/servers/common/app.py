@@ -3,7 +3,7 @@
 The listener is created here rather than by ``purerpc.Server.serve_async`` because that
 binds every interface with ``SO_REUSEPORT`` and cannot take a host: a Runtime Server must
 listen exactly where it is told (usually the Pod's loopback) and must fail loudly if the
-port is taken. Connections are served by :class:`~servers.common.transport.CallHandler`
+port is taken. Connections are served by :class:`~krt.grpc.server.CallHandler`
 (purerpc's framing, with per-call cancellation when the client cancels or goes away).
 """
 
@@ -17,13 +17,13 @@ import anyio
 import anyio.abc
 import trio
 
+from krt.grpc.server import CallHandler
 from servers.common import limits
 from servers.common.adapter import FunctionAdapter
 from servers.common.executions import ExecutionManager
 from servers.common.functions import FunctionService
 from servers.common.registrations import WallClock
 from servers.common.servicers import FunctionRuntimeServicer, RuntimeServicer
-from servers.common.transport import CallHandler
 
 log = logging.getLogger("servers.app")
 

@@ -17,11 +17,18 @@ from pathlib import Path
 import click
 import trio
 
-from servers.common import logs
+from krt import logs
 from servers.common.adapter import FunctionAdapter
 from servers.common.app import serve
 
 log = logging.getLogger("servers.cli")
+
+
+#: The Runtime Server's loggers (``krt.grpc``: the gRPC connection handler).
+LOGGERS = ("servers", "krt.grpc")
+#: purerpc reports every client disconnect and server shutdown as a warning, which is noise
+#: here: ERROR and above only.
+LOG_FLOORS = {"purerpc": logging.ERROR}
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -103,7 +110,9 @@ def build_command(adapter_factory: Callable[[], FunctionAdapter], *, prog: str) 
             work_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise click.UsageError(f"--work-dir {str(work_dir)!r}: {exc.strerror}") from None
-        logs.configure(level=getattr(logging, log_level.upper()))
+        logs.configure(
+            level=log_level, loggers=LOGGERS, floors=LOG_FLOORS, line_format=logs.EPOCH_LINES
+        )
         adapter = adapter_factory()
         try:
             trio.run(_serve_until_signal, adapter, host, port, work_dir.resolve())

@@ -37,7 +37,7 @@ def _mapped(
     """Decorate an RPC method so ContractError becomes the matching gRPC status.
 
     Any other exception is a server bug: it is logged with its traceback and answered with
-    INTERNAL naming the RPC (:mod:`servers.common.transport` has the same fallback for
+    INTERNAL naming the RPC (:mod:`krt.grpc.server` has the same fallback for
     failures outside the servicers, e.g. an undecodable request).
     """
 

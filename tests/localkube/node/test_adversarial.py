@@ -1,11 +1,24 @@
 """Problems found by reviewing localkube part 2 as a user and an adversary (issue 4).
 
-Each test here failed before its fix: a crash-looping container made its Pod ``Failed``
-for a moment (so its ReplicaSet created a surplus Pod), ...
+Each test here failed before its fix:
+
+- a crash-looping container made its Pod ``Failed`` for a moment, so its ReplicaSet
+  created a surplus Pod (phase must follow the restart policy);
+- container logs grew without bound (880 MB in 8 s) and every crash-loop run kept its
+  file (rotation by size, only the current and previous run kept);
+- every repeated Event was a new object (a failing probe: one per second, forever);
+- ``localkube/tcp-echo`` without a POD_IP fieldRef bound 127.0.0.1:8080, so a user's
+  first Deployment crash-looped on port conflicts (``KRT_POD_IP``);
+- a second dev cluster could pick an address the first listens on;
+- running out of Pod addresses crashed the whole cluster;
+- a ``setsid`` daemon outlived its Pod, and a descendant holding the output pipe blocked
+  the Pod's deletion forever.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +28,7 @@ from lk_node_helpers import DEPLOYMENTS, PODS, SERVICES, deployment, eventually,
 
 from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster
 from localkube.controllers.events import EventRecorder
-from localkube.controllers.kubeapi import Kube
+from localkube.controllers.kubeapi import ApiStatusError, Kube
 from localkube.node import ipam, logs
 from localkube.node.ipam import listening_addresses, parse_listening
 from localkube.node.layout import PodPaths
@@ -266,7 +279,8 @@ async def test_tcp_echo_without_env_serves_on_its_own_pod_ip(kube: Kube) -> None
     for p in pods:
         stream = await trio.open_tcp_stream(p["status"]["podIP"], 8080)
         async with stream:
-            assert await stream.receive_some(100)
+            # greets with its Pod name (HOSTNAME) without a POD_NAME fieldRef either
+            assert await stream.receive_some(100) == p["metadata"]["name"].encode() + b"\n"
         assert restarts(p) == 0
 
 
@@ -403,3 +417,157 @@ async def test_leftover_cleanup_also_kills_descendants_that_left_the_group(
 
 def read_record(path: Path) -> PidRecord | None:
     return PidRecord.read(path)
+
+
+async def test_rotating_log_splits_a_large_write_between_records(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    records = b"".join(f"{i:09d}\n".encode() for i in range(25))  # 25 records of 10 bytes
+    async with RotatingLog(path, max_bytes=100, max_files=3) as log:
+        await log.write(records)
+        await log.write(b"y" * 150 + b"\n")  # longer than a file: alone in a fresh one
+    assert listing(tmp_path) == {"0.log": 151, "0.log.1": 50, "0.log.2": 100}
+    assert (tmp_path / "0.log.1").read_bytes() == records[200:]
+
+
+# --- Pod address exhaustion and reuse -----------------------------------------------------
+
+
+async def test_pod_ip_exhaustion_leaves_the_pod_pending_and_reuses_a_freed_address(
+    kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every Pod address in use a new Pod waits (the node keeps running the others)
+    and starts on the address a deleted Pod frees."""
+    monkeypatch.setattr(ipam, "_POD_ADDRESSES", ["127.0.6.1"])
+    sleeper = {
+        "name": "c",
+        "image": "localkube/python",
+        "args": ["-c", "import time; time.sleep(600)"],
+    }
+    await kube.create(PODS, pod("first", sleeper, terminationGracePeriodSeconds=0))
+    await ready_pods(kube, "first", 1)
+    await kube.create(PODS, pod("second", sleeper))
+
+    async def sandbox_event() -> dict[str, Any] | None:
+        items = (await kube.list("/api/v1/namespaces/default/events"))["items"]
+        return next(
+            (
+                e
+                for e in items
+                if e["involvedObject"]["name"] == "second"
+                and e["reason"] == "FailedCreatePodSandBox"
+            ),
+            None,
+        )
+
+    event = await eventually(sandbox_event, what="second Pod waiting for an address")
+    assert "all 1 Pod addresses are in use" in event["message"]
+    second = await kube.get(f"{PODS}/second")
+    assert second is not None
+    assert second["spec"]["nodeName"] == "localkube"
+    assert second["status"].get("phase", "Pending") == "Pending"
+    assert not second["status"].get("podIP")
+    # the node survived: the first Pod is still served and can be deleted
+    await kube.delete(f"{PODS}/first")
+    await eventually(lambda: _gone(kube, "first"), what="first deleted")
+    started = await ready_pods(kube, "second", 1)
+    assert started[0]["status"]["podIP"] == "127.0.6.1"
+    # a Pod deleted while it waits for an address has no processes: deleted at once
+    await kube.create(PODS, pod("third", sleeper))
+
+    async def bound() -> bool:
+        p = await kube.get(f"{PODS}/third")
+        return bool((p or {}).get("spec", {}).get("nodeName"))
+
+    await eventually(bound, what="third bound")
+    await kube.delete(f"{PODS}/third")
+    await eventually(lambda: _gone(kube, "third"), what="waiting Pod deleted")
+
+
+ESCAPE = (
+    "import subprocess, time\n"
+    "subprocess.Popen(['/usr/bin/env', '-i', '/usr/bin/setsid', '/bin/sh', '-c',"
+    " 'echo $$$$ > daemon.pid; exec /bin/sleep 300'])\n"  # $$ -> $ (Kubernetes args)
+    "time.sleep(600)\n"
+)
+
+
+async def test_a_descendant_holding_the_log_pipe_cannot_block_pod_deletion(
+    kube: Kube, cluster: ClusterHandle
+) -> None:
+    """A descendant that escapes both the process group and the mark (clean environment)
+    keeps the container's stdout open: the node must not wait for end of file forever."""
+    created = await kube.create(
+        PODS,
+        pod(
+            "escaper",
+            {"name": "main", "image": "localkube/python", "args": ["-c", ESCAPE]},
+            terminationGracePeriodSeconds=1,
+        ),
+    )
+    paths = PodPaths.for_pod(cluster.state_dir, "default", "escaper", created["metadata"]["uid"])
+
+    async def daemon_pid() -> int | None:
+        return read_pid(paths.workspace / "daemon.pid")
+
+    daemon = await eventually(daemon_pid, what="escaped daemon started")
+    try:
+        await kube.delete(f"{PODS}/escaper")
+        await eventually(lambda: _gone(kube, "escaper"), seconds=5, what="Pod deleted")
+    finally:
+        os.kill(daemon, signal.SIGKILL)
+
+
+# --- one 403 must not cut every other request ---------------------------------------------
+
+
+async def test_a_forbidden_answer_does_not_cut_the_other_watches(kube: Kube) -> None:
+    """kr8s re-authenticates on 401/403 by closing its HTTP session, which cut every
+    watch and in-flight request of the node and the controllers. A 403 is routine (an
+    Event or Pod written into a terminating namespace): the pods of a deleted namespace
+    then stayed Terminating forever, their final delete cut mid-flight."""
+    await kube.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "held"}},
+    )
+    held_cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "hold", "namespace": "held", "finalizers": ["test.io/hold"]},
+    }
+    await kube.create("/api/v1/namespaces/held/configmaps", held_cm)
+    await kube.delete("/api/v1/namespaces/held")
+    listed = await kube.list(PODS)
+    seen: list[str] = []
+    ended: list[str] = []
+
+    async def watch_pods() -> None:
+        try:
+            async for event in kube.watch(
+                PODS, resource_version=listed["metadata"]["resourceVersion"]
+            ):
+                seen.append(event["object"]["metadata"]["name"])
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            ended.append(repr(exc))
+        else:
+            ended.append("stream ended")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_pods)
+        await trio.sleep(0.2)
+        with pytest.raises(ApiStatusError) as info:
+            await kube.create(
+                "/api/v1/namespaces/held/configmaps",
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}},
+            )
+        assert info.value.code == 403
+        await kube.create(PODS, pod("after403", {"name": "c", "image": "nope/nope"}))
+
+        async def saw_it() -> bool:
+            return "after403" in seen
+
+        await eventually(saw_it, seconds=3, what="the watch still running")
+        assert ended == []
+        nursery.cancel_scope.cancel()
+    await kube.merge_patch(
+        "/api/v1/namespaces/held/configmaps/hold", {"metadata": {"finalizers": []}}
+    )

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from kr8s.asyncio import Api
 from lk_node_helpers import PODS, echo_container, eventually, pod
@@ -25,6 +27,19 @@ async def krt(*args: str, check: bool = True) -> subprocess.CompletedProcess[byt
     )
 
 
+@pytest.fixture
+async def state(tmp_path: Path) -> AsyncIterator[Path]:
+    """A dev cluster state directory, always brought down afterwards: a failing test
+    must not leave a detached cluster (and its Pods) running."""
+    state_dir = tmp_path / "dev"
+    try:
+        yield state_dir
+    finally:
+        if (state_dir / "krt-dev.pid").exists():
+            with trio.CancelScope(shield=True):
+                await krt("dev", "down", "--state-dir", str(state_dir), check=False)
+
+
 def pod_pid_records(state: Path) -> list[PidRecord]:
     records = [PidRecord.read(p) for p in state.glob("node/pods/*/run/*.pid")]
     return [r for r in records if r is not None]
@@ -39,8 +54,7 @@ async def running_pod(kube: Kube, name: str) -> dict[str, Any]:
     return await eventually(probe, what=f"{name} running")
 
 
-async def test_down_leaves_no_process_and_state_survives_up_again(tmp_path: Path) -> None:
-    state = tmp_path / "dev"
+async def test_down_leaves_no_process_and_state_survives_up_again(state: Path) -> None:
     result = await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
     out = result.stdout.decode()
     kubeconfig = state / "kubeconfig"
@@ -87,8 +101,7 @@ async def test_down_leaves_no_process_and_state_survives_up_again(tmp_path: Path
         assert group_members(r.pgid) == []
 
 
-async def test_up_refuses_a_second_cluster_on_the_same_state_dir(tmp_path: Path) -> None:
-    state = tmp_path / "dev"
+async def test_up_refuses_a_second_cluster_on_the_same_state_dir(state: Path) -> None:
     await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
     first_pid = json.loads((state / "krt-dev.pid").read_text())["pid"]
     try:
@@ -104,9 +117,8 @@ async def test_up_refuses_a_second_cluster_on_the_same_state_dir(tmp_path: Path)
         await krt("dev", "down", "--state-dir", str(state))
 
 
-async def test_down_kills_pod_groups_left_by_a_crashed_cluster(tmp_path: Path) -> None:
+async def test_down_kills_pod_groups_left_by_a_crashed_cluster(state: Path) -> None:
     """A cluster process killed with SIGKILL cannot stop its Pods; ``down`` does."""
-    state = tmp_path / "dev"
     await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
     kube = Kube(await Api(kubeconfig=str(state / "kubeconfig"), bypass_factory=True))
     await kube.create(PODS, pod("orphan", echo_container()))

@@ -4,7 +4,7 @@ Each proxy ("node") is an :class:`InvokeProxy` served by the production listener
 (:func:`runtimed.dataplane.server.serve_grpc`) on its own loopback address (127.0.0.x, like
 localkube Pods), with a fake Runtime Server beside it. Caches and registries are fed
 directly (the informer wiring is tested in the daemon test). Clients play the gateway with
-:class:`gateway.grpc_client.GrpcConnection` (which resets a cancelled call's stream).
+:class:`krt.grpc.client.GrpcConnection` (which resets a cancelled call's stream).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import trio
 import trustme
 from dp_objects import NAMESPACE, RUNTIME
 
-from gateway.grpc_client import GrpcConnection
+from krt.grpc.client import GrpcConnection
 from krt.kube.informer import EventType, InformerEvent
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb

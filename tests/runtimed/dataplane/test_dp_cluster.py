@@ -20,8 +20,8 @@ import trio
 from dp_harness import client, invoke, request, write_peer_tls
 from runtimed_cluster import NS, running_cluster, runtime_manifest, wait_phase, wait_runtime_ready
 
-from gateway.grpc_client import GrpcStatusError
-from krt.controlplane.naming import RUNTIMED_GRPC_PORT, RUNTIMED_HTTP_PORT
+from krt.api.naming import RUNTIMED_GRPC_PORT, RUNTIMED_HTTP_PORT
+from krt.grpc.client import GrpcStatusError
 from krt.kube.resources import RUNS, RUNTIMES
 
 DAEMON = Path(__file__).resolve().parents[3] / "src" / "runtimed" / "daemon.py"

@@ -18,9 +18,9 @@ import trio
 import yaml
 from dp_harness import FakeRuntimeServer, client, invoke, request
 
-from gateway.grpc_client import GrpcStatusError
 from krt.api import Run, bind_patch
 from krt.api.patches import apply_merge_patch
+from krt.grpc.client import GrpcStatusError
 from krt.kube.client import Kube, connect
 from krt.kube.errors import NotFound
 from krt.kube.resources import NAMESPACES, PODS, RUNS, ResourceRef

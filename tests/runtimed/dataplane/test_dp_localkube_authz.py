@@ -17,7 +17,7 @@ import trio
 from dp_harness import UID, FakeRuntimeServer, client, gateway_metadata, invoke
 from dp_objects import NAMESPACE, RUNTIME, function_run
 
-from gateway.grpc_client import GrpcStatusError
+from krt.grpc.client import GrpcStatusError
 from krt.kube.access import check_access
 from krt.kube.client import Kube, connect
 from krt.kube.errors import Unauthorized

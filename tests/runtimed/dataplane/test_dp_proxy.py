@@ -26,7 +26,7 @@ from dp_harness import (
 )
 from dp_objects import function_run, runtime_pod
 
-from gateway.grpc_client import ConnectionLostError, GrpcStatusError
+from krt.grpc.client import ConnectionLostError, GrpcStatusError
 from runtimed.dataplane.proxy import (
     HOP_ATTEMPT_HEADER,
     HOP_HEADER,
@@ -260,7 +260,7 @@ async def test_unreachable_owner_is_unavailable(cluster: Cluster) -> None:
 async def test_logs_carry_ids_and_never_the_token(
     cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # runtimed.logs.configure_logging keeps hpack (which logs raw headers at DEBUG) at WARNING
+    # runtimed.__main__ (krt.logs.configure) keeps hpack (which logs raw headers at DEBUG) at WARNING
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="runtimed")
     async with cluster.gateway(cluster.a) as conn:  # type: ignore[attr-defined]

@@ -1,5 +1,8 @@
 """One HTTP/2 connection carrying unary gRPC calls, with cancellation that reaches the server.
 
+Used by the gateway (to runtimed) and by runtimed's data plane (to the Runtime Server and
+to peer runtimed).
+
 Why not ``purerpc.Client``: its channel cannot send a ``grpc-timeout``, never resets a
 stream whose caller was cancelled (so the server keeps running the call), and leaves a call
 waiting forever when the connection drops. This module keeps purerpc's sans-IO pieces (its
@@ -40,7 +43,7 @@ from purerpc.grpclib.events import (
 from purerpc.grpclib.exceptions import ProtocolError
 from purerpc.grpclib.exceptions import StreamClosedError as PurerpcStreamClosedError
 
-log = logging.getLogger("gateway.grpc")
+log = logging.getLogger(__name__)
 
 #: Largest response message accepted (bytes); a larger one fails the call with RESOURCE_EXHAUSTED.
 DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024

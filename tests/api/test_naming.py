@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from krt.controlplane.naming import (
+from krt.api.naming import (
     runtime_deployment_name,
     runtime_object_name,
     runtime_service_host,

@@ -1,8 +1,9 @@
-"""Minimal ASGI plumbing shared by the gateway's two apps (invoke and metrics).
+"""Minimal ASGI plumbing: the gateway's invoke app and every component's ``/metrics`` app.
 
-The apps are raw ASGI callables rather than a framework's: the invoke path needs exact control
-of when the body is read (never past 1 MiB) and of client-disconnect detection, and the only
-other routes are ``/healthz`` and ``/metrics``. hypercorn on trio sends ``lifespan`` events
+The apps are raw ASGI callables rather than a framework's: the gateway's invoke path needs
+exact control of when the body is read (never past 1 MiB) and of client-disconnect
+detection, and the only other routes are ``/healthz`` and ``/metrics``
+(:mod:`krt.metrics_server`). hypercorn on trio sends ``lifespan`` events
 and waits for their answers (DESIGN.md, "Dependency notes"), so every app answers them.
 """
 
@@ -15,6 +16,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+#: An ASGI application.
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 async def answer_lifespan(receive: Receive, send: Send) -> None:

@@ -1,4 +1,7 @@
-"""The gRPC connection handler of the Runtime Servers: purerpc's wire code, our call policy.
+"""The gRPC server connection handler: purerpc's wire code, our per-call cancellation policy.
+
+Used by the Runtime Servers (:mod:`servers.common.app`) and by runtimed's data plane
+(:mod:`runtimed.dataplane.server`).
 
 purerpc 0.8.0 (pinned, see pyproject.toml) parses HTTP/2 and gRPC framing well, but its
 server-side :class:`purerpc.server.ConnectionHandler` does not honour the caller's context:
@@ -50,9 +53,7 @@ from purerpc.wrappers import (
     call_server_unary_unary,
 )
 
-from servers.common.validation import valid_text
-
-log = logging.getLogger("servers.transport")
+log = logging.getLogger(__name__)
 
 #: a status message is cut so that its percent-encoded form (the ``grpc-message`` trailer)
 #: stays within this many bytes, well under the 8 KiB metadata limit of grpcio clients.
@@ -75,7 +76,7 @@ def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> s
         limit: the bound of ``urllib.parse.quote(message, safe="")`` in bytes (as purerpc
             encodes the ``grpc-message`` trailer).
     """
-    message = valid_text(message)
+    message = message.encode("utf-8", "replace").decode("utf-8")
     if len(urllib.parse.quote(message, safe="")) <= limit:
         return message
     budget = limit - len(urllib.parse.quote(_CUT_MARKER, safe=""))

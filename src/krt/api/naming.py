@@ -1,10 +1,11 @@
 """Names of the objects the Runtime controller creates, in one place.
 
-The gateway finds a Runtime's Service by convention (seed 000, Runtime Gateway: "calls the
-Kubernetes Service for that Runtime on its dedicated gRPC port"), so it imports these
-helpers instead of spelling the names. (runtimed's heartbeat Lease name lives with the
-heartbeat in :mod:`krt.kube.heartbeat`.) Pure: no I/O and no imports beyond the standard library and
-:mod:`krt.api`.
+Shared by the control plane (which creates the objects), the gateway and runtimed (which
+dial them) and the CLI. The gateway finds a Runtime's Service by convention (seed 000,
+Runtime Gateway: "calls the Kubernetes Service for that Runtime on its dedicated gRPC
+port"), so it imports these helpers instead of spelling the names. (runtimed's heartbeat
+Lease name lives with the heartbeat in :mod:`krt.kube.heartbeat`.) Pure: no I/O and no
+imports beyond the standard library and :mod:`krt.api`.
 
 Every per-Runtime object (Deployment, Service, ServiceAccount, Role, RoleBinding) is named
 ``runtime-<runtime>``, matching the Pod names in seed 001 (``runtime-python-7f587b4668-njcks``).

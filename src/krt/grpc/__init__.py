@@ -1,0 +1,9 @@
+"""Pure-Python gRPC plumbing shared by the gateway, runtimed and the Runtime Servers.
+
+* :mod:`krt.grpc.client`: :class:`~krt.grpc.client.GrpcConnection`, one HTTP/2 connection
+  carrying unary calls whose cancellation resets the stream (purerpc's sans-IO core, trio I/O).
+* :mod:`krt.grpc.server`: :class:`~krt.grpc.server.CallHandler`, purerpc's server connection
+  handler with per-call cancel scopes, ``grpc-timeout`` and bounded status messages.
+
+Imports only purerpc, h2, protobuf and trio; never a component package.
+"""
