@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         run_bash(env)
     except StepFailed as exc:
         failed = True
+        krt("describe", KRM_FUNCTION, env=env, check=False)
         print(
             f"\nThe task Run worked, but the function part failed: {exc}\n"
             f"See `krt describe {KRM_FUNCTION}` and the runtimed logs under "

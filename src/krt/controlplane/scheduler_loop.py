@@ -33,7 +33,7 @@ from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase
 from krt.api.resources import add
 from krt.api.run import Run
-from krt.controlplane.caches import Caches
+from krt.controlplane.caches import Caches, runtime_key
 from krt.controlplane.capacity import AssumedBinds, capacity_holder, usage_by_pod
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease

@@ -174,7 +174,11 @@ class PodWorker:
             body = dict(pod)
             body["status"] = new
             try:
-                self.pod = await self.node.kube.replace(self.path + "/status", body)
+                written = await self.node.kube.replace(self.path + "/status", body)
+                # An informer event may have delivered a newer Pod (e.g. a readiness-gate
+                # condition another component patched) while the write was in flight.
+                if _revision(written) >= _revision(self.pod):
+                    self.pod = written
                 return
             except ApiStatusError as exc:
                 if exc.code == 404:
@@ -399,3 +403,11 @@ class PodWorker:
             await trio.to_thread.run_sync(
                 lambda: shutil.rmtree(self.paths.root, ignore_errors=True)
             )
+
+
+def _revision(obj: dict[str, Any]) -> int:
+    """The object's resourceVersion as a number (localkube's revisions are integers)."""
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
