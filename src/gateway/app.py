@@ -36,11 +36,12 @@ from gateway.validation import (
 )
 from krt.api.endpoint import FunctionEndpointRef, parse_function_endpoint_path
 from krt.api.errors import EndpointPathError
+from krt.api.invoke_headers import INVOCATION_ID_HEADER
 from krt.asgi import Receive, Scope, Send, answer_lifespan, send_response
 
 log = logging.getLogger("gateway.invoke")
 
-INVOCATION_ID_RESPONSE_HEADER: Final = "x-kruntime-invocation-id"
+INVOCATION_ID_RESPONSE_HEADER: Final = INVOCATION_ID_HEADER.lower()
 _JSON: Final = "application/json"
 
 

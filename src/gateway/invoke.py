@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from gateway.errors import HttpError
 from gateway.mapping import error_for_status, output_content_type, outputs_header, unavailable
 from gateway.pool import ChannelPool, ConnectFailedError, PoolKey
+from krt.api import invoke_headers
 from krt.api.endpoint import FunctionEndpointRef
 from krt.grpc.client import ConnectionLostError, GrpcStatusError
 from krt.proto.executor.v1 import runtime_pb2 as pb
@@ -33,8 +34,8 @@ from krt.proto.executor.v1 import runtime_pb2 as pb
 SERVICE: Final = "executor.v1.FunctionRuntime"
 METHOD: Final = "InvokeFunction"
 JSON: Final = "application/json"
-NAMESPACE_METADATA: Final = "x-kruntime-namespace"
-RUNTIME_METADATA: Final = "x-kruntime-runtime"
+NAMESPACE_METADATA: Final = invoke_headers.NAMESPACE_METADATA
+RUNTIME_METADATA: Final = invoke_headers.RUNTIME_METADATA
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,12 +35,13 @@ from typing import Final
 from purerpc.grpclib.status import StatusCode
 
 from gateway.errors import HttpError
+from krt.api import invoke_headers
 from krt.api.errors import OutputsError
 from krt.api.outputs import validate_outputs
 from krt.grpc.client import Metadata
 
 #: Response header carrying the invocation's structured outputs as a JSON object.
-OUTPUTS_HEADER: Final = "x-kruntime-outputs"
+OUTPUTS_HEADER: Final = invoke_headers.OUTPUTS_HEADER.lower()
 #: Trailer runtimed may set to choose the ``Retry-After`` of a 503 (integer seconds).
 RETRY_AFTER_TRAILER: Final = "x-kruntime-retry-after"
 MAX_RETRY_AFTER_SECONDS: Final = 300

@@ -25,15 +25,16 @@ from collections.abc import Sequence
 from typing import Final, NoReturn
 
 from gateway.errors import HttpError
-from krt.api import limits
+from krt.api import invoke_headers, limits
+from krt.api.invoke_headers import wire_name
 
 #: Seed 000, Invoke Contract: "request body: 1 MiB".
 MAX_BODY_BYTES: Final = limits.MAX_INVOKE_INPUT_BYTES
 #: Seed 000/002: "invocation ID: 128 bytes".
 MAX_INVOCATION_ID_BYTES: Final = limits.MAX_INVOCATION_ID_BYTES
 
-INVOCATION_ID_HEADER: Final = b"x-kruntime-invocation-id"
-TIMEOUT_HEADER: Final = b"x-kruntime-timeout"
+INVOCATION_ID_HEADER: Final = wire_name(invoke_headers.INVOCATION_ID_HEADER)
+TIMEOUT_HEADER: Final = wire_name(invoke_headers.TIMEOUT_HEADER)
 
 _VISIBLE_ASCII: Final = re.compile(rb"[\x21-\x7e]+")
 _TOKEN: Final = re.compile(rb"[\x21-\x7e]+")

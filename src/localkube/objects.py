@@ -18,7 +18,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from localkube import label_rules
+from localkube import label_rules, metadata_rules
 from localkube.errors import ApiError, FieldError, invalid
 from localkube.resources import ResourceType
 
@@ -115,6 +115,15 @@ def _check_string_map(meta: dict[str, Any], field: str) -> list[FieldError]:
     return label_rules.annotation_errors(value)
 
 
+def _metadata_errors(meta: dict[str, Any]) -> list[FieldError]:
+    return (
+        _check_string_map(meta, "labels")
+        + _check_string_map(meta, "annotations")
+        + metadata_rules.finalizer_errors(meta)
+        + metadata_rules.owner_reference_errors(meta)
+    )
+
+
 def check_body_identity(
     rt: ResourceType, obj: Any, *, namespace: str, name: str | None
 ) -> dict[str, Any]:
@@ -195,7 +204,8 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], *, now: datetime) -> d
     with a status subresource (Pods start ``Pending``).
 
     Raises:
-        ApiError: 422 Invalid for a missing or malformed name or bad labels/annotations.
+        ApiError: 422 Invalid for a missing or malformed name, bad labels/annotations,
+            finalizers or ownerReferences.
     """
     meta = obj["metadata"]
     errors: list[FieldError] = []
@@ -213,7 +223,7 @@ def prepare_create(rt: ResourceType, obj: dict[str, Any], *, now: datetime) -> d
             )
     if meta.get("name"):
         errors += name_errors(rt, str(meta["name"]))
-    errors += _check_string_map(meta, "labels") + _check_string_map(meta, "annotations")
+    errors += _metadata_errors(meta)
     if errors:
         raise invalid(rt.kind, rt.group, str(meta.get("name", "")), errors)
     meta["uid"] = str(uuid.uuid4())
@@ -289,7 +299,7 @@ def prepare_update(
     result = new
     meta = result["metadata"]
     old_meta = old["metadata"]
-    errors = _check_string_map(meta, "labels") + _check_string_map(meta, "annotations")
+    errors = _metadata_errors(meta)
     if errors:
         raise invalid(rt.kind, rt.group, str(old_meta.get("name", "")), errors)
     for field in _IMMUTABLE_META:

@@ -6,10 +6,9 @@ ends, calls wait for it; while the server is unreachable, calls fail fast with
 :class:`ServerUnavailable` and ``run`` reconnects with jittered backoff. No method takes a
 timeout: callers bound calls with ``trio.move_on_after`` / ``fail_after``.
 
-purerpc 0.8 leaves calls waiting forever on a connection the peer closed, so a call its
-caller abandons (deadline) marks the connection broken, and breaking the connection cancels
-every call still waiting on it; a crash of the Runtime Server is therefore noticed within
-one caller deadline (the readiness probe's, 2 s).
+The channel (:class:`~runtimed.server_channel.ServerChannel`, shared with the function
+client) marks a connection broken when a caller abandons a call, so a crash of the Runtime
+Server is noticed within one caller deadline (the readiness probe's, 2 s).
 
 Only the base ``Runtime`` service is used, so any conforming Runtime Server works (one
 without ``FunctionRuntime`` included). gRPC status codes are mapped once, here:
@@ -24,7 +23,6 @@ against an in-memory fake on pytest-trio's virtual clock.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,6 +33,12 @@ import trio
 from krt.kube.backoff import Backoff
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
+from runtimed.server_channel import (
+    ServerChannel,
+    ServerUnavailable,
+    status_code_name,
+    status_detail,
+)
 from runtimed.task_decisions import ExecState, ServerView
 
 __all__ = [
@@ -47,18 +51,12 @@ __all__ = [
     "parse_address",
 ]
 
-log = logging.getLogger(__name__)
-
 _STATES: Mapping[int, ExecState] = {
     pb.EXECUTION_STATE_PENDING: ExecState.PENDING,
     pb.EXECUTION_STATE_RUNNING: ExecState.RUNNING,
     pb.EXECUTION_STATE_SUCCEEDED: ExecState.SUCCEEDED,
     pb.EXECUTION_STATE_FAILED: ExecState.FAILED,
 }
-
-
-class ServerUnavailable(Exception):
-    """The Runtime Server could not be reached or the connection broke (no answer)."""
 
 
 class RpcRejected(Exception):
@@ -153,17 +151,6 @@ def _view(response: Any) -> ServerView:
     )
 
 
-def _code(exc: purerpc.RpcFailedError) -> str:
-    code = getattr(getattr(exc, "status", None), "status_code", None)
-    name = getattr(code, "name", None)
-    return str(name) if name else type(exc).__name__
-
-
-def _message(exc: purerpc.RpcFailedError) -> str:
-    message = getattr(getattr(exc, "status", None), "status_message", None)
-    return str(message) if message else str(exc)
-
-
 class RuntimeServerClient:
     """The purerpc client of one Runtime Server (implements :class:`RuntimeServer`).
 
@@ -176,79 +163,23 @@ class RuntimeServerClient:
     def __init__(self, host: str, port: int, *, backoff: Backoff | None = None) -> None:
         self.host = host
         self.port = port
-        self._backoff = backoff or Backoff(base=0.05, maximum=2.0)
-        self._stub: runtime_grpc.RuntimeStub | None = None
-        self._down_reason: str | None = None
-        self._attempted = trio.Event()
-        self._broken = trio.Event()
-        self._inflight: set[trio.CancelScope] = set()
-        #: Completed connections (1 after the first connect; more after reconnects).
-        self.connections = 0
+        self._channel = ServerChannel(host, port, runtime_grpc.RuntimeStub, backoff=backoff)
+
+    @property
+    def connections(self) -> int:
+        """Completed connections (1 after the first connect; more after reconnects)."""
+        return self._channel.connections
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the channel and reconnect when it breaks; never returns unless cancelled.
 
         ``task_status.started()`` is called at once: the server may come up after runtimed.
         """
-        task_status.started()
-        while True:
-            try:
-                async with purerpc.insecure_channel(self.host, self.port) as channel:
-                    self._stub = runtime_grpc.RuntimeStub(channel)
-                    self._down_reason = None
-                    self.connections += 1
-                    self._backoff.reset()
-                    self._attempt_finished()
-                    await self._broken.wait()
-            except Exception as exc:  # connect refused, reset, h2 protocol errors
-                self._down_reason = f"Runtime Server {self.host}:{self.port}: {exc!r}"
-                log.info("%s", self._down_reason)
-            finally:
-                self._stub = None
-                self._mark_broken()
-                if self._down_reason is None:
-                    self._down_reason = f"Runtime Server {self.host}:{self.port}: connection lost"
-                self._broken = trio.Event()
-                self._attempt_finished()
-            await trio.sleep(self._backoff.next_delay())
-
-    def _attempt_finished(self) -> None:
-        self._attempted.set()
-        self._attempted = trio.Event()
-
-    def _mark_broken(self) -> None:
-        """Make ``run`` reconnect and wake every call waiting on the old connection."""
-        self._broken.set()
-        for scope in self._inflight:
-            scope.cancel()
-
-    async def _stub_now(self) -> runtime_grpc.RuntimeStub:
-        while True:
-            if self._stub is not None:
-                return self._stub
-            if self._down_reason is not None:
-                raise ServerUnavailable(self._down_reason)
-            await self._attempted.wait()
+        await self._channel.run(task_status=task_status)
 
     async def _call(self, method: str, request: Any) -> Any:
         """One unary call; transport trouble becomes :class:`ServerUnavailable`."""
-        stub = await self._stub_now()
-        scope = trio.CancelScope()
-        self._inflight.add(scope)
-        try:
-            with scope:
-                return await getattr(stub, method)(request)
-            raise ServerUnavailable(f"{method} to {self.host}:{self.port}: connection lost")
-        except (purerpc.RpcFailedError, ServerUnavailable):
-            raise
-        except trio.Cancelled:
-            self._mark_broken()
-            raise
-        except Exception as exc:
-            self._mark_broken()
-            raise ServerUnavailable(f"{method} to {self.host}:{self.port}: {exc!r}") from exc
-        finally:
-            self._inflight.discard(scope)
+        return await self._channel.call(method, request)
 
     async def execute(self, spec: ExecuteSpec) -> None:
         """Call ``Execute``.
@@ -268,7 +199,7 @@ class RuntimeServerClient:
         try:
             await self._call("Execute", request)
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Execute", _code(exc), _message(exc)) from None
+            raise RpcRejected("Execute", status_code_name(exc), status_detail(exc)) from None
 
     async def status(self, uid: str) -> ServerView:
         """Call ``Status``; NOT_FOUND is returned as :attr:`ExecState.NOT_FOUND`.
@@ -281,7 +212,7 @@ class RuntimeServerClient:
         except purerpc.NotFoundError:
             return ServerView(ExecState.NOT_FOUND)
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Status", _code(exc), _message(exc)) from None
+            raise RpcRejected("Status", status_code_name(exc), status_detail(exc)) from None
 
     async def list(self) -> dict[str, ServerView]:
         """Call ``List``.
@@ -292,7 +223,7 @@ class RuntimeServerClient:
         try:
             response = await self._call("List", pb.ListRequest())
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("List", _code(exc), _message(exc)) from None
+            raise RpcRejected("List", status_code_name(exc), status_detail(exc)) from None
         return {str(entry.id): _view(entry) for entry in response.entries}
 
     async def cancel(self, uid: str) -> None:
@@ -306,7 +237,7 @@ class RuntimeServerClient:
         except purerpc.NotFoundError:
             return
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Cancel", _code(exc), _message(exc)) from None
+            raise RpcRejected("Cancel", status_code_name(exc), status_detail(exc)) from None
 
     async def forget(self, uid: str) -> None:
         """Call ``Forget``; an unknown execution counts as forgotten.
@@ -320,9 +251,11 @@ class RuntimeServerClient:
         except purerpc.NotFoundError:
             return
         except purerpc.FailedPreconditionError as exc:
-            raise ExecutionStillRunning("Forget", "FAILED_PRECONDITION", _message(exc)) from None
+            raise ExecutionStillRunning(
+                "Forget", "FAILED_PRECONDITION", status_detail(exc)
+            ) from None
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Forget", _code(exc), _message(exc)) from None
+            raise RpcRejected("Forget", status_code_name(exc), status_detail(exc)) from None
 
     async def health(self) -> tuple[bool, str]:
         """Call ``Health``.
@@ -333,5 +266,5 @@ class RuntimeServerClient:
         try:
             response = await self._call("Health", pb.HealthRequest())
         except purerpc.RpcFailedError as exc:
-            raise RpcRejected("Health", _code(exc), _message(exc)) from None
+            raise RpcRejected("Health", status_code_name(exc), status_detail(exc)) from None
         return bool(response.healthy), str(response.message)

@@ -114,3 +114,74 @@ async def test_annotation_keys_are_checked_case_insensitively(
         json={"metadata": {"name": "ok", "annotations": {"Example.COM/Key": "any value !"}}},
     )
     assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field", "message"),
+    [
+        (
+            {"finalizers": ["bad finalizer"]},
+            "metadata.finalizers",
+            f'metadata.finalizers: Invalid value: "bad finalizer": name part {QNAME_MSG}',
+        ),
+        (
+            {"finalizers": ["orphan", "foregroundDeletion"]},
+            "metadata.finalizers",
+            "metadata.finalizers: Invalid value: "
+            '["orphan","foregroundDeletion"]: finalizer orphan and foregroundDeletion cannot '
+            "be both set",
+        ),
+        (
+            {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o"}]},
+            "metadata.ownerReferences.uid",
+            'metadata.ownerReferences.uid: Invalid value: "": uid must not be empty',
+        ),
+        (
+            {"ownerReferences": [{"apiVersion": "apps/", "kind": "X", "name": "o", "uid": "u"}]},
+            "metadata.ownerReferences.apiVersion",
+            'metadata.ownerReferences.apiVersion: Invalid value: "apps/": version must not be '
+            "empty",
+        ),
+        (
+            {
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "A", "name": n, "uid": n, "controller": True}
+                    for n in ("a", "b")
+                ]
+            },
+            "metadata.ownerReferences",
+            'Only one reference can have Controller set to true. Found "true" in references '
+            "for A/a and A/b",
+        ),
+    ],
+)
+async def test_bad_finalizers_and_owner_references_are_422(
+    admin_http: httpx.AsyncClient, metadata: dict[str, Any], field: str, message: str
+) -> None:
+    r = await admin_http.post(CM, json={"metadata": {"name": "bad", **metadata}})
+    assert r.status_code == 422, r.text
+    cause = r.json()["details"]["causes"][0]
+    assert cause["field"] == field
+    assert message in r.json()["message"]
+    created = await admin_http.post(CM, json={"metadata": {"name": "good"}})
+    r = await admin_http.patch(f"{CM}/good", json={"metadata": metadata}, headers=MERGE)
+    assert r.status_code == 422, r.text
+    stored = (await admin_http.get(f"{CM}/good")).json()
+    assert stored["metadata"]["resourceVersion"] == created.json()["metadata"]["resourceVersion"]
+
+
+async def test_valid_finalizers_and_owner_references_are_accepted(
+    admin_http: httpx.AsyncClient,
+) -> None:
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u-1"}
+    r = await admin_http.post(
+        CM,
+        json={
+            "metadata": {
+                "name": "ok",
+                "finalizers": ["example.com/cleanup", "foregroundDeletion"],
+                "ownerReferences": [{**owner, "controller": True}],
+            }
+        },
+    )
+    assert r.status_code == 201, r.text

@@ -17,8 +17,8 @@ import click
 from krt.api.phases import Phase, WaitTarget, phase_of
 from krt.cli.connection import KubeTarget, kube_options, open_kube
 from krt.cli.exitcodes import ExitCode, epilog
-from krt.cli.failures import CommandFailed, describe_api_error, run_async
-from krt.cli.lookup import check_runtime, now
+from krt.cli.failures import CommandFailed, run_async
+from krt.cli.lookup import create_run, now
 from krt.cli.manifests import CommonSpec, function_run
 from krt.cli.params import (
     Duration,
@@ -31,8 +31,6 @@ from krt.cli.params import (
 from krt.cli.printing import OutputFormat, render_objects
 from krt.cli.run_cmd import common_options
 from krt.cli.waiting import Progress, target_reached, time_limit, wait_with_progress
-from krt.kube.errors import ApiError
-from krt.kube.resources import RUNS
 
 Obj = dict[str, Any]
 #: Default bound on waiting for Ready (seconds).
@@ -121,7 +119,6 @@ def create_cmd(
 
     async def main() -> None:
         async with open_kube(target) as kube:
-            await check_runtime(kube, runtime, kube.namespace)
             manifest = function_run(
                 name=name,
                 namespace=kube.namespace,
@@ -131,10 +128,7 @@ def create_cmd(
                 handler=handler,
                 idle_timeout_seconds=idle_timeout,
             )
-            try:
-                created = await kube.create(RUNS, manifest)
-            except ApiError as exc:
-                raise describe_api_error(exc, f"creating function {name}") from exc
+            created = await create_run(kube, manifest, what=f"creating function {name}")
             if not wait:
                 _print(created, output)
                 return

@@ -24,12 +24,10 @@ import httpx
 import trio
 
 from krt.api import limits
+from krt.api.invoke_headers import INVOCATION_ID_HEADER, OUTPUTS_HEADER, TIMEOUT_HEADER
 from krt.cli.exitcodes import ExitCode, for_http_status
 from krt.cli.failures import CommandFailed, one_line
 
-INVOCATION_ID_HEADER: Final = "X-Kruntime-Invocation-ID"
-TIMEOUT_HEADER: Final = "X-Kruntime-Timeout"
-OUTPUTS_HEADER: Final = "X-Kruntime-Outputs"
 #: Seed 000: request bodies are limited to 1 MiB.
 MAX_BODY_BYTES: Final = limits.MAX_INVOKE_INPUT_BYTES
 #: Seed 000: invocation IDs are limited to 128 bytes (visible ASCII per docs/gateway.md).

@@ -1,4 +1,4 @@
-"""Reading Runs and Runtimes with messages that say what is missing and what to do.
+"""Reading Runs and Runtimes (and creating Runs) with messages that say what is wrong.
 
 A 404 on a Run can mean the Run does not exist or that kruntimes' CRDs are not installed
 (the whole ``runs.kruntimes.io`` API is missing); the message tells the two apart.
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from krt.cli.exitcodes import ExitCode
-from krt.cli.failures import CommandFailed
+from krt.cli.failures import CommandFailed, describe_api_error
 from krt.kube.errors import ApiError, NotFound
 from krt.kube.resources import RUNS, RUNTIMES, ResourceRef
 
@@ -101,3 +101,25 @@ async def check_runtime(kube: Kube, name: str, namespace: str) -> None:
         ExitCode.NOT_FOUND,
         f'Runtime "{name}" not found in namespace "{namespace}" (Runtimes there: {known})',
     )
+
+
+async def create_run(kube: Kube, manifest: Obj, *, what: str) -> Obj:
+    """Create a Run after checking that its Runtime exists (``krt run``, ``krt function``).
+
+    Args:
+        kube: the client; the Run goes to ``kube.namespace``.
+        manifest: the Run (:mod:`krt.cli.manifests`); ``spec.runtime`` is checked first.
+        what: what is being done, for the error message (``"creating function f1"``).
+
+    Returns:
+        The created Run as the API server returned it (with its generated name).
+
+    Raises:
+        CommandFailed: the Runtime does not exist (exit 3, see :func:`check_runtime`), or
+            the API server refused the Run (e.g. the CRD's validation, with the field).
+    """
+    await check_runtime(kube, str(manifest["spec"]["runtime"]), kube.namespace)
+    try:
+        return await kube.create(RUNS, manifest)
+    except ApiError as exc:
+        raise describe_api_error(exc, what) from exc

@@ -19,16 +19,14 @@ from krt.api.limits import MAX_ARG_CHARS, MAX_ARGS
 from krt.api.phases import Phase, WaitTarget, phase_of
 from krt.cli.connection import KubeTarget, kube_options, open_kube
 from krt.cli.exitcodes import ExitCode, epilog
-from krt.cli.failures import describe_api_error, run_async
+from krt.cli.failures import run_async
 from krt.cli.logs import LogLine, follow_run_logs
-from krt.cli.lookup import check_runtime, now
+from krt.cli.lookup import create_run, now
 from krt.cli.manifests import CommonSpec, task_run
 from krt.cli.params import Duration, EnvVar, check_env, check_run_name, output_option, read_source
 from krt.cli.printing import OutputFormat, render_objects
 from krt.cli.runs_cmd import emit_line
 from krt.cli.waiting import Progress, target_reached, time_limit, wait_with_progress
-from krt.kube.errors import ApiError
-from krt.kube.resources import RUNS
 
 if TYPE_CHECKING:
     from krt.kube.client import Kube  # kr8s is imported only when a command connects
@@ -188,7 +186,6 @@ def run_cmd(
 
     async def main() -> ExitCode:
         async with open_kube(target) as kube:
-            await check_runtime(kube, runtime, kube.namespace)
             manifest = task_run(
                 name=name,
                 namespace=kube.namespace,
@@ -198,12 +195,9 @@ def run_cmd(
                 entrypoint=entrypoint,
                 args=args,
             )
-            try:
-                created = await kube.create(RUNS, manifest)
-            except ApiError as exc:
-                raise describe_api_error(
-                    exc, f"creating the Run in namespace {kube.namespace}"
-                ) from exc
+            created = await create_run(
+                kube, manifest, what=f"creating the Run in namespace {kube.namespace}"
+            )
             run_name = created["metadata"]["name"]
             if not (wait or follow):
                 _print_created(created, output)

@@ -52,6 +52,7 @@ import trio
 from google.protobuf.message import DecodeError
 
 from krt.api import limits
+from krt.api.invoke_headers import NAMESPACE_METADATA, RUNTIME_METADATA
 from krt.grpc.client import ConnectionLostError, GrpcStatusError, Metadata
 from krt.kube.clock import Clock, SystemClock
 from krt.proto.executor.v1 import runtime_grpc
@@ -106,7 +107,7 @@ _SERVICE_ONLY: Final = (
     "{} is called by runtimed on its local Runtime Server only"
 )
 #: Metadata forwarded unchanged on a hop (besides ``authorization``).
-_FORWARDED: Final = ("x-kruntime-namespace", "x-kruntime-runtime")
+_FORWARDED: Final = (NAMESPACE_METADATA, RUNTIME_METADATA)
 
 
 class Registrations(Protocol):
@@ -347,8 +348,8 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         if not message.invocation_id:
             message.invocation_id = fields["invocation_id"]
         for name, ours in (
-            ("x-kruntime-namespace", self.identity.namespace),
-            ("x-kruntime-runtime", self.identity.runtime),
+            (NAMESPACE_METADATA, self.identity.namespace),
+            (RUNTIME_METADATA, self.identity.runtime),
         ):
             sent = _one(metadata, name)
             if sent is not None and sent != ours:

@@ -1,13 +1,12 @@
 """runtimed's client of the local Runtime Server's ``executor.v1.FunctionRuntime`` (seed 002).
 
-One long-lived purerpc channel held by :meth:`FunctionRuntimeClient.run` in runtimed's outer
-nursery, reconnecting with jittered backoff; calls made while the server is unreachable
-fail fast with :class:`~runtimed.runtime_client.ServerUnavailable`. A call abandoned by its
-caller's deadline marks the connection broken (purerpc 0.8 never notices a peer that went
-away), so a killed Runtime Server is noticed within one deadline. The task lifecycle's
-:class:`~runtimed.runtime_client.RuntimeServerClient` holds its channel privately and speaks
-only the base ``Runtime`` service, so this client keeps its own (a second HTTP/2 connection
-to the same loopback server costs nothing measurable).
+One long-lived reconnecting channel (:class:`~runtimed.server_channel.ServerChannel`, the
+same machinery as the task lifecycle's ``Runtime`` client) held by
+:meth:`FunctionRuntimeClient.run` in runtimed's outer nursery; calls made while the server
+is unreachable fail fast with :class:`~runtimed.server_channel.ServerUnavailable`, and a
+call abandoned by its caller's deadline marks the connection broken, so a killed Runtime
+Server is noticed within one deadline. Invocations do not use this client (the invoke
+proxy has its own connections that cancel one call without breaking the others).
 
 gRPC status codes are mapped once, here (seed 002, "Registration and Status Semantics"):
 
@@ -35,7 +34,8 @@ import trio
 from krt.kube.backoff import Backoff
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
-from runtimed.runtime_client import RpcRejected, ServerUnavailable
+from runtimed.runtime_client import RpcRejected
+from runtimed.server_channel import ServerChannel, status_code_name, status_detail
 
 __all__ = [
     "FunctionRpcError",
@@ -169,19 +169,8 @@ class FunctionServer(Protocol):
         ...
 
 
-def _code(exc: purerpc.RpcFailedError) -> str:
-    code = getattr(getattr(exc, "status", None), "status_code", None)
-    name = getattr(code, "name", None)
-    return str(name) if name else type(exc).__name__
-
-
-def _detail(exc: purerpc.RpcFailedError) -> str:
-    message = getattr(getattr(exc, "status", None), "status_message", None)
-    return str(message) if message else str(exc)
-
-
 def _error(method: str, exc: purerpc.RpcFailedError) -> FunctionRpcError:
-    return FunctionRpcError(method, _code(exc), _detail(exc))
+    return FunctionRpcError(method, status_code_name(exc), status_detail(exc))
 
 
 class FunctionRuntimeClient:
@@ -196,77 +185,22 @@ class FunctionRuntimeClient:
     def __init__(self, host: str, port: int, *, backoff: Backoff | None = None) -> None:
         self.host = host
         self.port = port
-        self._backoff = backoff or Backoff(base=0.05, maximum=2.0)
-        self._stub: runtime_grpc.FunctionRuntimeStub | None = None
-        self._down_reason: str | None = None
-        self._attempted = trio.Event()
-        self._broken = trio.Event()
-        self._inflight: set[trio.CancelScope] = set()
-        #: Completed connections (1 after the first connect; more after reconnects).
-        self.connections = 0
+        self._channel = ServerChannel(host, port, runtime_grpc.FunctionRuntimeStub, backoff=backoff)
+
+    @property
+    def connections(self) -> int:
+        """Completed connections (1 after the first connect; more after reconnects)."""
+        return self._channel.connections
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the channel and reconnect when it breaks; never returns unless cancelled.
 
         ``task_status.started()`` is called at once (the server may start after runtimed).
         """
-        task_status.started()
-        while True:
-            try:
-                async with purerpc.insecure_channel(self.host, self.port) as channel:
-                    self._stub = runtime_grpc.FunctionRuntimeStub(channel)
-                    self._down_reason = None
-                    self.connections += 1
-                    self._backoff.reset()
-                    self._attempt_finished()
-                    await self._broken.wait()
-            except Exception as exc:  # connect refused, reset, h2 protocol errors
-                self._down_reason = f"Runtime Server {self.host}:{self.port}: {exc!r}"
-                log.info("%s", self._down_reason)
-            finally:
-                self._stub = None
-                self._mark_broken()
-                if self._down_reason is None:
-                    self._down_reason = f"Runtime Server {self.host}:{self.port}: connection lost"
-                self._broken = trio.Event()
-                self._attempt_finished()
-            await trio.sleep(self._backoff.next_delay())
-
-    def _attempt_finished(self) -> None:
-        self._attempted.set()
-        self._attempted = trio.Event()
-
-    def _mark_broken(self) -> None:
-        self._broken.set()
-        for scope in self._inflight:
-            scope.cancel()
-
-    async def _stub_now(self) -> runtime_grpc.FunctionRuntimeStub:
-        while True:
-            if self._stub is not None:
-                return self._stub
-            if self._down_reason is not None:
-                raise ServerUnavailable(self._down_reason)
-            await self._attempted.wait()
+        await self._channel.run(task_status=task_status)
 
     async def _call(self, method: str, request: Any) -> Any:
-        stub = await self._stub_now()
-        scope = trio.CancelScope()
-        self._inflight.add(scope)
-        try:
-            with scope:
-                return await getattr(stub, method)(request)
-            raise ServerUnavailable(f"{method} to {self.host}:{self.port}: connection lost")
-        except (purerpc.RpcFailedError, ServerUnavailable):
-            raise
-        except trio.Cancelled:
-            self._mark_broken()
-            raise
-        except Exception as exc:
-            self._mark_broken()
-            raise ServerUnavailable(f"{method} to {self.host}:{self.port}: {exc!r}") from exc
-        finally:
-            self._inflight.discard(scope)
+        return await self._channel.call(method, request)
 
     async def register(self, spec: RegisterSpec) -> str:
         """Call RegisterFunction; returns the registration ID (see :class:`FunctionServer`)."""
@@ -295,7 +229,7 @@ class FunctionRuntimeClient:
         except purerpc.NotFoundError:
             return FunctionView(RegState.NOT_FOUND)
         except purerpc.FailedPreconditionError as exc:
-            return FunctionView(RegState.STALE, fatal_error=_detail(exc))
+            return FunctionView(RegState.STALE, fatal_error=status_detail(exc))
         except purerpc.RpcFailedError as exc:
             raise _error("FunctionStatus", exc) from None
         return FunctionView(

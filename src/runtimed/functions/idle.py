@@ -31,7 +31,8 @@ import trio
 from krt.kube.clock import Clock
 from runtimed.functions.client import FunctionServer, FunctionView, RegState
 from runtimed.functions.settings import FunctionTimings
-from runtimed.runtime_client import RpcRejected, ServerUnavailable
+from runtimed.runtime_client import RpcRejected
+from runtimed.server_channel import ServerUnavailable
 
 __all__ = ["PollResult", "Verdict", "judge", "poll_registration"]
 

@@ -80,7 +80,7 @@ from runtimed.functions.metrics import FunctionMetrics
 from runtimed.functions.registry import EntryState, FunctionRegistry
 from runtimed.functions.settings import FunctionSettings
 from runtimed.identity import PodIdentity
-from runtimed.runtime_client import ServerUnavailable
+from runtimed.server_channel import ServerUnavailable
 from runtimed.sources import PreparationError, Workspace
 from runtimed.tasks import RunCache, StatusWriter
 

@@ -29,7 +29,7 @@ from krt.kube.clock import Clock
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.informer import EventType, InformerEvent
 from runtimed.functions.client import FunctionRpcError, FunctionView, RegisterSpec, RegState
-from runtimed.runtime_client import ServerUnavailable
+from runtimed.server_channel import ServerUnavailable
 
 
 class FakeRuns:
