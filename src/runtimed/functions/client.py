@@ -22,7 +22,6 @@ No method takes a timeout: callers bound calls with ``trio.move_on_after`` / ``f
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -46,8 +45,6 @@ __all__ = [
     "RegState",
     "RegisterSpec",
 ]
-
-log = logging.getLogger(__name__)
 
 
 class RegState(StrEnum):
