@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart dev-manifests demo test lint typecheck check protos crds bench clean images docs e2e
+.PHONY: quickstart dev-manifests demo test lint typecheck check protos crds bench bench-quick clean images docs e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,8 +48,11 @@ e2e: $(STAMP)  ## end-to-end tests on a kind cluster (needs kind, docker, kubect
 images:  ## build the five container images (needs Docker; see images/build.sh)
 	bash images/build.sh
 
-bench: $(STAMP)
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+bench: $(STAMP)  ## every benchmark in bench/, one table in docs/benchmarks.md (BENCH_NOTE="..." adds a note)
+	$(BIN)/python bench/report.py --note "$(BENCH_NOTE)"
+
+bench-quick: $(STAMP)  ## the same with short runs (each benchmark's --quick), report on stdout
+	$(BIN)/python bench/report.py --quick --output - --note "$(BENCH_NOTE)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

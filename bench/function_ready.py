@@ -22,6 +22,7 @@ itself, runtimed runs as ``tests/runtimed/functions/runtimed_with_functions.py``
 Target (issue 7): create -> Ready p50 under 200 ms.
 
 Usage: ``.venv/bin/python bench/function_ready.py [--runs 20] [--concurrency 1] [--json]``
+``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
 """
 
 from __future__ import annotations
@@ -247,17 +248,40 @@ async def bench_cluster(runs: int, concurrency: int) -> dict[str, Any]:
             return _summary(names, creates, creates, watch)
 
 
+def _figures(result: dict[str, Any], *, cluster: bool) -> list[dict[str, Any]]:
+    """The figures for bench/report.py (its ``--report-json`` record format)."""
+    c, b = result["create_to_ready_ms"], result["bind_to_ready_ms"]
+    shape = f"{result['ready']}/{result['runs']} Ready" + (", full cluster" if cluster else "")
+    figures: list[dict[str, Any]] = [
+        {"figure": f"function Run create -> Ready p50 ({shape})", "value": c["p50"],
+         "unit": "ms", "target": result["target_p50_ms"], "target_op": "<"},
+        {"figure": "function Run create -> Ready p95", "value": c["p95"], "unit": "ms"},
+    ]  # fmt: skip
+    if not cluster:
+        figures.append(
+            {"figure": "function Run bind -> Ready p50", "value": b["p50"], "unit": "ms"}
+        )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--cluster", action="store_true", help="full localkube cluster")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="short run: 5 Runs")
+    parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
     args = parser.parse_args()
+    if args.quick:  # quick defaults; explicit arguments still win
+        parser.set_defaults(runs=5)
+        args = parser.parse_args()
     if args.runs < 1 or args.concurrency < 1:
         parser.error("--runs and --concurrency must be >= 1")
     bench = bench_cluster if args.cluster else bench_lifecycle
     result = trio.run(bench, args.runs, args.concurrency)
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps(_figures(result, cluster=args.cluster)))
     if args.json:
         print(json.dumps(result))
         return

@@ -19,6 +19,7 @@ own keep-alive connection. Targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 in
 across 8 Runs.
 
 Usage: ``python bench/invoke.py [--calls N] [--parallel-seconds S] [--json]``
+``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
 """
 
 from __future__ import annotations
@@ -223,7 +224,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-echo", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="short run: 200 calls, 0.5 s parallel")
+    parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
     args = parser.parse_args()
+    if args.quick:  # quick defaults; explicit arguments still win
+        parser.set_defaults(calls=200, parallel_seconds=0.5)
+        args = parser.parse_args()
     if args.serve_fake:
         trio.run(_serve_fake)
         return
@@ -273,6 +279,8 @@ def main() -> None:
         "p50_ratio": gateway_result["p50_ms"] / baseline_result["p50_ms"],
         "targets": {"p50_ms": 3.0, "p99_ms": 10.0, "parallel8_per_second": 500},
     }
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps(_figures(gateway_result, baseline_result)))
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -290,6 +298,29 @@ def main() -> None:
         print(f"{'':>16}  server CPU ms per request: {cpu}")
     print(f"p50 ratio gateway / bare HTTPS echo: {report['p50_ratio']:.2f}x")
     print("targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s across 8 Runs")
+
+
+def _figures(gateway: dict[str, float], echo: dict[str, float]) -> list[dict[str, Any]]:
+    """The figures for bench/report.py (its ``--report-json`` record format)."""
+    base = "bare HTTPS echo"
+    return [
+        {"figure": "gateway invoke p50 (sequential)", "value": round(gateway["p50_ms"], 3),
+         "unit": "ms", "baseline": f"{base} p50", "baseline_value": round(echo["p50_ms"], 3),
+         "target": 3.0, "target_op": "<"},
+        {"figure": "gateway invoke p99 (sequential)", "value": round(gateway["p99_ms"], 3),
+         "unit": "ms", "baseline": f"{base} p99", "baseline_value": round(echo["p99_ms"], 3),
+         "target": 10.0, "target_op": "<"},
+        {"figure": "gateway invokes/s (sequential, 1 connection)",
+         "value": round(gateway["per_second"], 1), "unit": "req/s",
+         "baseline": base, "baseline_value": round(echo["per_second"], 1)},
+        {"figure": "gateway invokes/s (8 Runs in parallel)",
+         "value": round(gateway["parallel8_per_second"], 1), "unit": "req/s",
+         "baseline": base, "baseline_value": round(echo["parallel8_per_second"], 1),
+         "target": 500, "target_op": ">="},
+        {"figure": "gateway CPU per request", "unit": "ms",
+         "value": round(gateway["gateway_cpu_ms_per_request"], 3),
+         "baseline": f"{base} CPU", "baseline_value": round(echo["echo_cpu_ms_per_request"], 3)},
+    ]  # fmt: skip
 
 
 def _wait_for_port(port: int, seconds: float = 15.0) -> None:

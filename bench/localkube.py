@@ -17,6 +17,7 @@ each creating a ConfigMap and then replacing it, alternately, and httpx watch st
 data, which the watchers use to match events to the time the write was sent.
 
 Usage: ``python bench/localkube.py [--seconds S] [--writers N] [--watchers N] [--json]``
+``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
 """
 
 from __future__ import annotations
@@ -322,6 +323,24 @@ async def run_store_only(seconds: float, watchers: int) -> dict[str, Any]:
     }
 
 
+def _figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures for bench/report.py (its ``--report-json`` record format)."""
+    store = f"store alone without HTTP, {result['watchers']} subscribers"
+    watchers = f"{result['writers']} writers, {result['watchers']} watchers"
+    return [
+        {"figure": f"API server writes/s ({watchers})", "value": result["writes_per_second"],
+         "unit": "writes/s", "baseline": store, "baseline_value": result["store_writes_per_second"],
+         "target": 1000, "target_op": ">="},
+        {"figure": "watch delay p50 (write sent -> event received)",
+         "value": result["watch_delay_p50_ms"], "unit": "ms", "baseline": f"{store} p50",
+         "baseline_value": result["store_delay_p50_ms"], "target": 5, "target_op": "<"},
+        {"figure": "watch delay p99", "value": result["watch_delay_p99_ms"], "unit": "ms",
+         "baseline": f"{store} p99", "baseline_value": result["store_delay_p99_ms"]},
+        {"figure": "API server CPU per write", "value": result["server_cpu_ms_per_write"],
+         "unit": "ms"},
+    ]  # fmt: skip
+
+
 def main() -> None:
     """Parse arguments, run the benchmark once and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -329,9 +348,18 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=8, help="concurrent writer connections")
     parser.add_argument("--watchers", type=int, default=10, help="concurrent watch streams")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--quick", action="store_true", help="short run: 1 s, 4 writers, 4 watchers"
+    )
+    parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
     args = parser.parse_args()
+    if args.quick:  # quick defaults; explicit arguments still win
+        parser.set_defaults(seconds=1.0, writers=4, watchers=4)
+        args = parser.parse_args()
     result = trio.run(run, args.seconds, args.writers, args.watchers)
     result.update(trio.run(run_store_only, min(args.seconds, 2.0), args.watchers))
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps(_figures(result)))
     if args.json:
         print(json.dumps(result))
         return

@@ -12,6 +12,7 @@ Both servers run as their own processes (the Runtime Server through its console 
 the client is one trio task in this process, so neither side shares an event loop.
 
 Usage: ``python bench/runtime_server.py [--calls N] [--registrations N] [--json]``
+``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
 """
 
 from __future__ import annotations
@@ -227,6 +228,23 @@ async def _measure(
     }
 
 
+def _figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures for bench/report.py (its ``--report-json`` record format)."""
+    echo = "bare purerpc unary echo"
+    return [
+        {"figure": "InvokeFunction p50 (trivial handler)", "value": result["invoke_p50_ms"],
+         "unit": "ms", "baseline": f"{echo} p50", "baseline_value": result["echo_p50_ms"],
+         "target": 2.0, "target_op": "<=", "target_of": "ratio"},
+        {"figure": "InvokeFunction p99", "value": result["invoke_p99_ms"], "unit": "ms",
+         "baseline": f"{echo} p99", "baseline_value": result["echo_p99_ms"]},
+        {"figure": "worker RSS per registration (max)", "value": result["worker_rss_mib_max"],
+         "unit": "MiB", "target": 30, "target_op": "<"},
+        {"figure": "RegisterFunction (trivial handler, median)", "value": result["register_ms_median"],
+         "unit": "ms", "target": 150, "target_op": "<"},
+        {"figure": "Runtime Server RSS", "value": result["server_rss_mib"], "unit": "MiB"},
+    ]  # fmt: skip
+
+
 def main() -> int:
     """Run the benchmark (or, with ``--echo-server``, serve the baseline echo)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -234,13 +252,22 @@ def main() -> int:
     parser.add_argument("--registrations", type=int, default=5, help="registrations to time")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--quick", action="store_true", help="short run: 200 calls, 2 registrations"
+    )
+    parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
     args = parser.parse_args()
+    if args.quick:  # quick defaults; explicit arguments still win
+        parser.set_defaults(calls=200, registrations=2)
+        args = parser.parse_args()
     if args.echo_server:
         trio.run(_serve_echo)
         return 0
     if args.calls < 10 or args.registrations < 1:
         parser.error("--calls must be >= 10 and --registrations >= 1")
     result = trio.run(_bench, args.calls, args.registrations)
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps(_figures(result)))
     if args.json:
         print(json.dumps(result))
         return 0

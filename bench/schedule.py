@@ -10,11 +10,13 @@ control plane and the runtimed heartbeat double (tests/controlplane/harness.py),
 * binds/s: Runs bound divided by the time from the first Run seen to the last bind.
 
 Usage: ``.venv/bin/python bench/schedule.py [--runs 200] [--pods 2] [--runs-per-pod 100]``.
+``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import sys
@@ -51,7 +53,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-async def bench(runs: int, pods: int, runs_per_pod: int) -> None:
+async def bench(runs: int, pods: int, runs_per_pod: int, report_json: str | None = None) -> None:
     """Run the benchmark and print its numbers."""
     with tempfile.TemporaryDirectory() as state:
         async with trio.open_nursery() as nursery:
@@ -118,6 +120,24 @@ async def bench(runs: int, pods: int, runs_per_pod: int) -> None:
                     if sample.name.endswith("_total")
                 }
                 print(f"decisions to stay Pending, by reason: {unschedulable or 'none'}")
+                if report_json:
+                    figures = [
+                        {"figure": f"Pending -> Scheduled {name} ({runs} Runs, {pods} Pods)",
+                         "value": round(value * 1000, 1), "unit": "ms"}
+                        for name, value in (
+                            ("p50", statistics.median(latencies)),
+                            ("p95", percentile(latencies, 0.95)),
+                            ("max", max(latencies)),
+                        )
+                    ]  # fmt: skip
+                    figures.append(
+                        {
+                            "figure": "binds/s",
+                            "value": round(len(bound) / span, 1),
+                            "unit": "binds/s",
+                        }
+                    )
+                    await trio.Path(report_json).write_text(json.dumps(figures))
             await kube.aclose()
             nursery.cancel_scope.cancel()
 
@@ -129,10 +149,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--pods", type=int, default=2)
     parser.add_argument("--runs-per-pod", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="short run: 20 Runs on 2 Pods x 10")
+    parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
     args = parser.parse_args()
+    if args.quick:  # quick defaults; explicit arguments still win
+        parser.set_defaults(runs=20, runs_per_pod=10)
+        args = parser.parse_args()
     if args.pods * args.runs_per_pod < args.runs:
         parser.error("--pods x --runs-per-pod must hold every Run")
-    trio.run(bench, args.runs, args.pods, args.runs_per_pod)
+    trio.run(bench, args.runs, args.pods, args.runs_per_pod, args.report_json)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ Go kruntimes figure on kind: p50 580 ms, 11.3 Runs/s).
 
 Usage: ``.venv/bin/python bench/task_runs.py [--runs 50] [--pods 2] [--capacity 64]
 [--concurrency 25] [--json]``
+``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
 """
 
 from __future__ import annotations
@@ -150,6 +151,27 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _figures(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures for bench/report.py (its ``--report-json`` record format)."""
+    shape = f"{result['runs']} Runs, {result['pods']} Pods"
+    go = "Go kruntimes on kind, published, other machine: "
+    figures: list[dict[str, Any]] = [
+        {"figure": f"task Run {field} p50 ({shape})", "value": result[field]["p50_ms"],
+         "unit": "ms"}
+        for field in ("schedule", "dispatch", "execution")
+    ]  # fmt: skip
+    figures += [
+        {"figure": f"task Run create -> complete p50 ({shape})",
+         "value": result["complete"]["p50_ms"], "unit": "ms", "target": 150, "target_op": "<",
+         "note": go + "580 ms"},
+        {"figure": "task Run create -> complete p95", "value": result["complete"]["p95_ms"],
+         "unit": "ms"},
+        {"figure": "task Runs/s", "value": result["runs_per_second"], "unit": "Runs/s",
+         "target": 40, "target_op": ">", "note": go + "11.3 Runs/s"},
+    ]  # fmt: skip
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
@@ -162,8 +184,15 @@ def main() -> None:
         help="run the control plane inside the benchmark process (default: its own process)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--quick", action="store_true", help="short run: 10 Runs, capacity 16")
+    parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
     args = parser.parse_args()
+    if args.quick:  # quick defaults; explicit arguments still win
+        parser.set_defaults(runs=10, capacity=16, concurrency=5)
+        args = parser.parse_args()
     result = trio.run(bench, args)
+    if args.report_json:
+        Path(args.report_json).write_text(json.dumps(_figures(result)))
     if args.json:
         print(json.dumps(result))
         return
