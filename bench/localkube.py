@@ -13,7 +13,8 @@ Prints, from one run on this machine:
 The API server runs as its own process (``localkube apiserver`` on a temporary state
 directory, so writes go to SQLite); the clients are trio tasks in this process, over HTTPS
 with the admin token: ``--writers`` concurrent writers (a minimal keep-alive h11 client),
-each creating a ConfigMap and then replacing it, alternately, and httpx watch streams. Each write carries a sequence number in its
+each creating a ConfigMap and then replacing it, alternately, and watch streams over the
+same minimal client (``--httpx-watchers``: httpx streams). Each write carries a sequence number in its
 data, which the watchers use to match events to the time the write was sent.
 
 Usage: ``python bench/localkube.py [--seconds S] [--writers N] [--watchers N] [--json]``
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,7 @@ class Bench:
         self.delays: list[float] = []
         self.writes = 0
         self.seq = 0
+        self.chunks = 0
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -111,7 +114,26 @@ class Bench:
             timeout=30.0,
         )
 
+    def _received(self, lines: list[bytes], now: float) -> None:
+        self.chunks += 1
+        for line in lines:
+            match = _SEQ.search(line)
+            sent = self.sent.get(int(match.group(1))) if match else None
+            if sent is not None:
+                self.delays.append(now - sent)
+
     async def watcher(self, since: str, *, task_status: trio.TaskStatus[None]) -> None:
+        """Follow the namespace's ConfigMaps with the minimal h11 client (as a Go client)."""
+        async with RawClient(self.url, self.token, self.ssl) as client:
+            started = False
+            async for lines in client.stream_lines(f"{CMS}?watch=true&resourceVersion={since}"):
+                if not started:
+                    task_status.started()
+                    started = True
+                self._received(lines, time.perf_counter())
+
+    async def httpx_watcher(self, since: str, *, task_status: trio.TaskStatus[None]) -> None:
+        """Follow the ConfigMaps with httpx (``--httpx-watchers``: heavier client CPU)."""
         async with self.client() as client:
             params = {"watch": "true", "resourceVersion": since}
             async with client.stream("GET", CMS, params=params) as response:
@@ -121,20 +143,32 @@ class Bench:
                     now = time.perf_counter()
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        match = _SEQ.search(line)
-                        sent = self.sent.get(int(match.group(1))) if match else None
-                        if sent is not None:
-                            self.delays.append(now - sent)
+                    self._received(lines, now)
 
-    async def writer(self, index: int, deadline: float) -> None:
+    async def writer(self, index: int, deadline: float, interval: float = 0.0) -> None:
+        """Create then replace ConfigMaps until ``deadline`` (perf_counter seconds).
+
+        With ``interval`` > 0 the writes are paced: one every ``interval`` seconds at most
+        (a writer that falls behind sends at once, so the achieved rate shows capacity).
+        """
         async with RawClient(self.url, self.token, self.ssl) as client:
             n = 0
+            due = time.perf_counter()
+
+            async def pace() -> None:
+                nonlocal due
+                if interval > 0:
+                    due += interval
+                    wait = due - time.perf_counter()
+                    if wait > 0:
+                        await trio.sleep(wait)
+
             while time.perf_counter() < deadline:
                 name = f"bench-{index}-{n}"
                 n += 1
                 self.seq += 1
                 seq = self.seq
+                await pace()
                 self.sent[seq] = time.perf_counter()
                 created = await client.request(
                     "POST", CMS, {"metadata": {"name": name}, "data": {"seq": str(seq)}}
@@ -143,6 +177,7 @@ class Bench:
                 self.seq += 1
                 seq = self.seq
                 created["data"] = {"seq": str(seq)}
+                await pace()
                 self.sent[seq] = time.perf_counter()
                 await client.request("PUT", f"{CMS}/{name}", created)
                 self.writes += 1
@@ -210,8 +245,45 @@ class RawClient:
         result: dict[str, Any] = json.loads(b"".join(chunks))
         return result
 
+    async def stream_lines(self, path: str) -> AsyncIterator[list[bytes]]:
+        """GET a chunked response; yield its complete lines as they arrive.
 
-async def run(seconds: float, writers: int, watchers: int) -> dict[str, Any]:
+        The first (possibly empty) batch is yielded once the response head is in.
+        """
+        assert self.stream is not None
+        head = (
+            (f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\nAccept: application/json\r\n").encode()
+            + b"Authorization: Bearer "
+            + self.token
+            + b"\r\n\r\n"
+        )
+        await self.stream.send_all(head)
+        connection = h11.Connection(h11.CLIENT)
+        connection.send(h11.Request(method="GET", target=path, headers=[("Host", self.host)]))
+        connection.send(h11.EndOfMessage())
+        pending = b""
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                data = bytes(await self.stream.receive_some(65536))
+                if not data:
+                    return
+                connection.receive_data(data)
+            elif isinstance(event, h11.Response):
+                if event.status_code != 200:
+                    raise RuntimeError(f"GET {path}: HTTP {event.status_code}")
+                yield []
+            elif isinstance(event, h11.Data):
+                pending += bytes(event.data)
+                *lines, pending = pending.split(b"\n")
+                yield lines
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return
+
+
+async def run(
+    seconds: float, writers: int, watchers: int, httpx_watchers: bool = False, rate: float = 0.0
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="localkube-bench-") as tmp:
         process, url, token, ca = await _start_server(Path(tmp))
         try:
@@ -220,17 +292,20 @@ async def run(seconds: float, writers: int, watchers: int) -> dict[str, Any]:
                 since = (await client.get(CMS)).json()["metadata"]["resourceVersion"]
             async with trio.open_nursery() as nursery:
                 for _ in range(watchers):
-                    await nursery.start(bench.watcher, since)
+                    watch = bench.httpx_watcher if httpx_watchers else bench.watcher
+                    await nursery.start(watch, since)
                 # warm-up: connections, TLS, first requests
                 await bench.writer(9999, time.perf_counter() + 0.5)
                 bench.writes = 0
                 bench.delays.clear()
+                bench.chunks = 0
                 start = time.perf_counter()
                 server_cpu = _cpu_seconds(process.pid)
                 client_cpu = time.process_time()
                 async with trio.open_nursery() as writing:
                     for index in range(writers):
-                        writing.start_soon(bench.writer, index, start + seconds)
+                        interval = writers / rate if rate > 0 else 0.0
+                        writing.start_soon(bench.writer, index, start + seconds, interval)
                 elapsed = time.perf_counter() - start
                 server_cpu = _cpu_seconds(process.pid) - server_cpu
                 client_cpu = time.process_time() - client_cpu
@@ -246,10 +321,12 @@ async def run(seconds: float, writers: int, watchers: int) -> dict[str, Any]:
     return {
         "seconds": round(elapsed, 2),
         "writers": writers,
+        "paced_rate": rate,
         "watchers": watchers,
         "writes": bench.writes,
         "writes_per_second": round(bench.writes / elapsed, 1),
         "watch_events": len(delays_ms),
+        "watch_chunks": bench.chunks,
         "watch_delay_p50_ms": round(_percentile(delays_ms, 0.50), 2),
         "watch_delay_p99_ms": round(_percentile(delays_ms, 0.99), 2),
         "server_cpu_ms_per_write": round(server_cpu * 1000 / max(bench.writes, 1), 3),
@@ -349,6 +426,17 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=10, help="concurrent watch streams")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="pace the writers to this many writes/s in all (0: as fast as they can)",
+    )
+    parser.add_argument(
+        "--httpx-watchers",
+        action="store_true",
+        help="watch with httpx instead of the minimal h11 client (more client CPU)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="short run: 1 s, 4 writers, 4 watchers"
     )
     parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
@@ -356,7 +444,9 @@ def main() -> None:
     if args.quick:  # quick defaults; explicit arguments still win
         parser.set_defaults(seconds=1.0, writers=4, watchers=4)
         args = parser.parse_args()
-    result = trio.run(run, args.seconds, args.writers, args.watchers)
+    result = trio.run(
+        run, args.seconds, args.writers, args.watchers, args.httpx_watchers, args.rate
+    )
     result.update(trio.run(run_store_only, min(args.seconds, 2.0), args.watchers))
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(_figures(result)))

@@ -113,6 +113,11 @@ class ListOptions:
     resource_version: str = ""
     resource_version_match: str = ""
 
+    @property
+    def selects_all(self) -> bool:
+        """Whether neither selector has a requirement (every object matches)."""
+        return not self.labels.requirements and not self.fields.requirements
+
     def matches(self, obj: dict[str, Any]) -> bool:
         """Return whether ``obj`` passes both selectors."""
         return self.labels.matches(obj.get("metadata", {}).get("labels")) and self.fields.matches(

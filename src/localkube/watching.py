@@ -80,6 +80,11 @@ def transition(
             apply to the served form, e.g. ``regarding.name`` of events.k8s.io Events).
     """
 
+    if options.selects_all:  # the common case, without converting or matching objects
+        if event.type != "MODIFIED":
+            return event.type
+        return "MODIFIED" if event.old is not None else "ADDED"
+
     def matches(obj: dict[str, Any]) -> bool:
         return options.matches(for_version(rt, obj) if rt is not None else obj)
 
@@ -198,9 +203,13 @@ async def run_watch(
         while True:
             batch: list[bytes] = []
             received: storage.StoredEvent | None = None
+            deadline = min(next_bookmark, future_deadline)
             try:
-                with trio.move_on_at(min(next_bookmark, future_deadline)):
+                if deadline == math.inf:  # the common case: no cancel scope per event
                     received = await channel.receive()
+                else:
+                    with trio.move_on_at(deadline):
+                        received = await channel.receive()
             except trio.EndOfChannel:
                 return
             if store.revision >= floor:

@@ -328,11 +328,14 @@ TaskAction: TypeAlias = (
 def execution_failure_message(server: ServerView) -> str:
     """The ``ExecutionFailed`` message: exit code, the server's error, a stderr tail.
 
+    The server's error is left out when it only restates the exit code.
+
     The stderr tail is cut to :data:`STDERR_TAIL_CHARS` (keeping its end) so the exit code
     survives the 2048-character bound of ``status.message``.
     """
     parts = [f"exit code {server.exit_code}"]
-    if server.error_message:
+    # a plain "exited with status N" says nothing the exit code does not
+    if server.error_message and server.error_message != f"exited with status {server.exit_code}":
         parts.append(server.error_message)
     stderr = server.stderr.rstrip()
     if stderr:
@@ -523,7 +526,13 @@ class LocalRun:
         active: False once runtimed let go of the Run; a start worker that finishes after
             that forgets what it created.
         last_server_state: last state the lifecycle event generator saw (change detection).
-        logged_attempt: the attempt whose stdout/stderr were already logged.
+        logged_attempt: the attempt whose stdout/stderr were logged to the end.
+        log_attempt: the attempt :attr:`log_offsets` and :attr:`log_lines` belong to.
+        log_offsets: per stream (``stdout``/``stderr``), characters of the attempt's output
+            already logged while it ran (complete lines only).
+        log_lines: per stream, lines of the attempt's output logged so far.
+        follow_at: trio time of the next read of the running output (0: at once).
+        follow_delay: seconds between reads; grows while the task prints nothing.
     """
 
     uid: str
@@ -532,6 +541,17 @@ class LocalRun:
     active: bool = True
     last_server_state: ExecState | None = None
     logged_attempt: int = 0
+    log_attempt: int = 0
+    log_offsets: dict[str, int] = field(default_factory=dict)
+    log_lines: dict[str, int] = field(default_factory=dict)
+    follow_at: float = 0.0
+    follow_delay: float = 0.0
+
+    def log_progress(self, attempt: int) -> dict[str, int]:
+        """The logged-output offsets of ``attempt`` (reset when the attempt changes)."""
+        if self.log_attempt != attempt:
+            self.log_attempt, self.log_offsets, self.log_lines = attempt, {}, {}
+        return self.log_offsets
 
     def update(self, **changes: object) -> None:
         """Replace fields of :attr:`view`."""

@@ -101,6 +101,13 @@ MAX_STEPS: Final = 8
 RLEG_FAST_POLLS: Final = 5
 #: Lines of one stream of task output logged per attempt (the rest is summarised).
 MAX_LOGGED_LINES: Final = 10_000
+#: Characters of an attempt's output (both streams) logged while it runs; past this the
+#: follower stops asking (each Status carries the whole output) and the rest is logged when
+#: the execution finishes.
+FOLLOW_MAX_CHARS: Final = 64 * 1024
+#: A task that prints nothing is read ever less often: the interval doubles up to this many
+#: ``follow_period``\ s, and drops back to one period as soon as new output appears.
+FOLLOW_MAX_DELAY_PERIODS: Final = 8
 
 
 class RunCache(Protocol):
@@ -139,6 +146,8 @@ class TaskTimings:
         rleg_min_period: shortest RLEG period (right after a start or a change).
         sweep_period: period of the orphan sweep.
         forget_wait: how long a worker waits for an execution it must forget to stop.
+        follow_period: how often the output of running executions is read and its new
+            complete lines logged (``krt logs -f`` while a task runs).
         server_timeout_slack: added to the remaining ``spec.timeout`` as the server's own
             ``timeout_seconds`` (a backstop; runtimed enforces the timeout itself).
     """
@@ -150,6 +159,7 @@ class TaskTimings:
     rleg_min_period: float = 0.01
     sweep_period: float = 10.0
     forget_wait: float = 30.0
+    follow_period: float = 1.0
     server_timeout_slack: float = 5.0
 
 
@@ -259,6 +269,7 @@ class TaskLifecycle:
             await self.sweep()
             nursery.start_soon(self._rleg_loop)
             nursery.start_soon(self._sweep_loop)
+            nursery.start_soon(self._follow_loop)
             task_status.started()
 
     async def _run_queue(
@@ -692,7 +703,9 @@ class TaskLifecycle:
             if entries is None:
                 await trio.sleep(UNREACHABLE_RETRY_SECONDS)
                 continue
-            quiet += 1
+            # bounded: past RLEG_FAST_POLLS + 32 the period is long at its cap anyway, and an
+            # unbounded count overflows 2**n as a float after ~1000 quiet polls (minutes)
+            quiet = min(quiet + 1, RLEG_FAST_POLLS + 32)
             for local in watched:
                 view = entries.get(local.uid)
                 state = view.state if view is not None else ExecState.NOT_FOUND
@@ -766,24 +779,86 @@ class TaskLifecycle:
         return {"run_uid": run.metadata.uid, "attempt": max(1, run.status.attempt), "run": run.key}
 
     def _log_output(self, run: Run, server: ServerView) -> None:
-        """Log the finished attempt's stdout/stderr once (keyed by Run UID and attempt)."""
+        """Log the finished attempt's stdout/stderr not yet logged (once per attempt)."""
         attempt = max(1, run.status.attempt)
         local = self._local.get(run.metadata.uid)
         if local is not None:
             if local.logged_attempt == attempt:
                 return
             local.logged_attempt = attempt
-        fields = self._fields(run)
+        self._log_lines(local, self._fields(run), server, final=True)
+
+    def _log_lines(
+        self, local: LocalRun | None, fields: dict[str, Any], server: ServerView, *, final: bool
+    ) -> None:
+        """Log the output past what was logged of this attempt; complete lines unless ``final``.
+
+        Lines are keyed by Run UID and attempt (``fields``); at most
+        :data:`MAX_LOGGED_LINES` per stream and attempt, the rest summarised when ``final``.
+        """
+        offsets = local.log_progress(int(fields["attempt"])) if local is not None else {}
         for stream, text in (("stdout", server.stdout), ("stderr", server.stderr)):
-            lines = text.splitlines()
-            for line in lines[:MAX_LOGGED_LINES]:
+            start = offsets.get(stream, 0)
+            if start > len(text):  # not this output any more (a restarted server): all of it
+                start = 0
+            chunk = text[start:]
+            if not final:
+                chunk = chunk[: chunk.rfind("\n") + 1]
+            offsets[stream] = start + len(chunk)
+            lines = chunk.splitlines()
+            already = local.log_lines.get(stream, 0) if local is not None else 0
+            room = max(0, MAX_LOGGED_LINES - already)
+            for line in lines[:room]:
                 task_log.info(line, extra={**fields, "stream": stream})
-            if len(lines) > MAX_LOGGED_LINES:
+            if local is not None:
+                local.log_lines[stream] = already + min(room, len(lines))
+            if final and len(lines) > room:
                 task_log.info(
                     "%d more lines not logged",
-                    len(lines) - MAX_LOGGED_LINES,
+                    len(lines) - room,
                     extra={**fields, "stream": stream},
                 )
+
+    async def _follow_loop(self) -> None:
+        """Log new complete output lines of running executions every ``follow_period`` s.
+
+        Only executions the RLEG last saw RUNNING and whose logged output is under
+        :data:`FOLLOW_MAX_CHARS`; each is read again after its own interval, which doubles
+        while nothing new appears (up to :data:`FOLLOW_MAX_DELAY_PERIODS` periods). A result
+        is dropped when the attempt changed or its final output was logged meanwhile
+        (:meth:`_log_output` then owns the rest).
+        """
+        period = self.timings.follow_period
+        while True:
+            await trio.sleep(period)
+            for local in list(self._local.values()):
+                attempt = local.view.attempt
+                if (
+                    not local.active
+                    or local.last_server_state is not ExecState.RUNNING
+                    or local.logged_attempt == attempt
+                    or trio.current_time() < local.follow_at
+                    or sum(local.log_progress(attempt).values()) >= FOLLOW_MAX_CHARS
+                ):
+                    continue
+                logged = sum(local.log_progress(attempt).values())
+                server = await self._status(local.uid)
+                local.follow_delay = min(
+                    FOLLOW_MAX_DELAY_PERIODS * period, max(period, 2 * local.follow_delay)
+                )
+                local.follow_at = trio.current_time() + local.follow_delay - period / 2
+                if (
+                    not server.state.active
+                    or not local.active
+                    or local.view.attempt != attempt
+                    or local.logged_attempt == attempt
+                ):
+                    continue
+                fields = {"run_uid": local.uid, "attempt": attempt, "run": local.key}
+                self._log_lines(local, fields, server, final=False)
+                if sum(local.log_progress(attempt).values()) > logged:
+                    local.follow_delay = period  # it prints: keep reading at the fast pace
+                    local.follow_at = 0.0
 
 
 class KubeStatusWriter:

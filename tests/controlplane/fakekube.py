@@ -64,6 +64,9 @@ class FakeKube:
         self.hidden: set[Key] = set()
         #: Awaited before every write with (verb, ref, object or name).
         self.before_write: Callable[[str, ResourceRef, Any], Awaitable[None]] | None = None
+        #: Awaited after a status write is stored (and its watch event sent) but before the
+        #: response returns, with (verb, ref, name): models a response slower than the watch.
+        self.after_write: Callable[[str, ResourceRef, Any], Awaitable[None]] | None = None
 
     # -- internals --------------------------------------------------------------------------
 
@@ -175,7 +178,10 @@ class FakeKube:
         await self._hook("replace_status", ref, obj["metadata"]["name"])
         current = copy.deepcopy(self._current(ref, obj))
         current["status"] = copy.deepcopy(obj.get("status"))
-        return self._store(ref, current, "MODIFIED")
+        stored = self._store(ref, current, "MODIFIED")
+        if self.after_write is not None:
+            await self.after_write("replace_status", ref, obj["metadata"]["name"])
+        return stored
 
     async def patch(
         self,

@@ -368,3 +368,25 @@ async def test_reaper_confirms_pod_gone_with_a_live_read(
         stored = fake.peek(RUNS, NS, "r1")
         assert stored is not None
         assert stored["status"]["attempt"] == 2
+
+
+async def test_bind_latency_observed_when_watch_beats_the_bind_response(
+    fake: FakeKube, clock: TrioLinkedClock, autojump_clock: trio.abc.Clock
+) -> None:
+    """Every bind is timed, even when the informer delivers it before the PUT returns."""
+    await fake.create(RUNTIMES, runtime_dict(runs=8))
+    await add_pod(fake, "p-a")
+
+    async def slow_response(verb: str, ref: ResourceRef, name: Any) -> None:
+        if ref.plural == "runs":
+            await trio.sleep(0.05)  # the watch event is delivered meanwhile
+
+    fake.after_write = slow_response
+    async with plane(fake, clock) as running:
+        for name in ("r1", "r2", "r3"):
+            await add_run(fake, name)
+        await until(lambda: running.scheduler.bound == 3)
+        latency = running.metrics.bind_latency
+        assert latency._sum.get() > 0  # noqa: SLF001
+        counted = sum(bucket.get() for bucket in latency._buckets)  # noqa: SLF001
+        assert counted == 3

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import io
+import json
+import logging
 import signal
 import socket
 import subprocess
@@ -15,7 +18,7 @@ import pytest
 import trio
 from click.testing import CliRunner
 
-from krt.controlplane.__main__ import main, parse_listen_address
+from krt.controlplane.__main__ import configure_logging, main, parse_listen_address
 from krt.kube.client import Kube
 from krt.kube.errors import NotFound
 from krt.kube.resources import LEASES
@@ -111,3 +114,31 @@ async def test_process_leads_serves_metrics_and_releases_lease_on_sigterm(
     except NotFound:  # pragma: no cover - released leases are kept, but absence is fine too
         return
     assert lease["spec"]["holderIdentity"] == ""
+
+
+def test_logging_is_json_lines_without_a_line_per_api_request() -> None:
+    """httpx logs every request at INFO; the control plane keeps it at WARNING (JSON lines)."""
+    names = ("", "httpx", "httpcore", "hpack")
+    saved = {
+        name: (list(logger.handlers), logger.level, logger.propagate)
+        for name in names
+        for logger in [logging.getLogger(name)]
+    }
+    stream = io.StringIO()
+    try:
+        configure_logging("INFO")
+        for name in names:  # point the installed handler at our buffer
+            for handler in logging.getLogger(name).handlers:
+                assert isinstance(handler, logging.StreamHandler)
+                handler.setStream(stream)
+        logging.getLogger("httpx").info('HTTP Request: GET https://x/api "HTTP/1.1 200 OK"')
+        logging.getLogger("krt.controlplane.scheduler_loop").info("bound")
+        lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+        assert [line["message"] for line in lines] == ["bound"]
+        assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
+    finally:
+        for name, (handlers, level, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate

@@ -18,7 +18,12 @@ from localkube import storage
 from localkube.handlers import ListOptions
 from localkube.resources import ResourceRegistry
 from localkube.selectors import parse_label_selector
-from localkube.watching import FUTURE_RESOURCE_VERSION_WAIT, WatchRequest, run_watch
+from localkube.watching import (
+    FUTURE_RESOURCE_VERSION_WAIT,
+    WatchRequest,
+    run_watch,
+    transition,
+)
 
 CM_TYPE = ResourceRegistry().lookup("", "v1", "configmaps")
 assert CM_TYPE is not None
@@ -164,6 +169,71 @@ async def test_label_selector_transitions(autojump_clock: trio.abc.Clock) -> Non
         store.update(key, cm("a", app="db"))  # stops matching
         store.update(key, cm("a", app="db", v="3"))  # still not matching
     assert [e["type"] for e in rec.events] == ["ADDED", "MODIFIED", "DELETED"]
+
+
+def test_transition_without_selectors_agrees_with_the_matching_path() -> None:
+    # the no-selector fast path must give what an always-matching selector gives
+    everything = ListOptions(labels=parse_label_selector("absent!=x"))
+    assert ListOptions().selects_all
+    assert not everything.selects_all
+    key = ("/configmaps", "ns", "a")
+    events = [
+        storage.StoredEvent("ADDED", key, 2, cm("a"), None),
+        storage.StoredEvent("MODIFIED", key, 3, cm("a", v="1"), cm("a")),
+        storage.StoredEvent("MODIFIED", key, 4, cm("a", v="2"), None),
+        storage.StoredEvent("DELETED", key, 5, cm("a", v="2"), cm("a", v="2")),
+    ]
+    for event in events:
+        assert transition(event, ListOptions()) == transition(event, everything)
+    assert [transition(e, ListOptions()) for e in events] == [
+        "ADDED",
+        "MODIFIED",
+        "ADDED",
+        "DELETED",
+    ]
+
+
+class ChunkRecorder:
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    async def emit(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def lines(self, chunk: bytes) -> list[dict[str, Any]]:
+        assert chunk.endswith(b"\n")
+        return [json.loads(line) for line in chunk.split(b"\n")[:-1]]
+
+
+async def test_a_burst_of_events_leaves_in_one_chunk_one_event_per_line_in_order(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    store = storage.open_store(None)
+    rec = ChunkRecorder()
+    request = WatchRequest(
+        rt=CM_TYPE, namespace="ns", options=ListOptions(), bookmarks=True, timeout=25
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: run_watch(store, request, rec.emit, bookmark_interval=10))
+        await trio.sleep(1)
+        # five writes with no checkpoint between them: one chunk, not five
+        for n in range(5):
+            store.create(("/configmaps", "ns", f"c{n}"), cm(f"c{n}"))
+        await trio.sleep(1)
+        store.update(("/configmaps", "ns", "c0"), cm("c0", v="1"))
+    first, second, *rest = rec.chunks
+    burst = rec.lines(first)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in burst] == [
+        ("ADDED", f"c{n}") for n in range(5)
+    ]
+    revisions = [int(e["object"]["metadata"]["resourceVersion"]) for e in burst]
+    assert revisions == sorted(revisions)
+    assert [e["type"] for e in rec.lines(second)] == ["MODIFIED"]
+    # the bookmarks that follow still come one per line, resuming after the last event
+    bookmarks = [e for chunk in rest for e in rec.lines(chunk)]
+    assert bookmarks
+    assert {e["type"] for e in bookmarks} == {"BOOKMARK"}
+    assert int(bookmarks[0]["object"]["metadata"]["resourceVersion"]) == store.revision
 
 
 async def _lines(lines: Any, count: int) -> list[dict[str, Any]]:

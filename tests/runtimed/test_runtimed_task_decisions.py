@@ -379,6 +379,22 @@ def test_failure_message_keeps_exit_code_with_huge_stderr() -> None:
     assert len(message) < STDERR_TAIL_CHARS + 100
 
 
+def test_failure_message_does_not_repeat_the_exit_code() -> None:
+    """The server's plain "exited with status N" repeats "exit code N"; other errors stay."""
+    plain = execution_failure_message(
+        ServerView(ExecState.FAILED, exit_code=3, error_message="exited with status 3", stderr="e")
+    )
+    assert plain == "exit code 3; stderr: e"
+    signalled = execution_failure_message(
+        ServerView(ExecState.FAILED, exit_code=-9, error_message="killed by signal 9")
+    )
+    assert signalled == "exit code -9; killed by signal 9"
+    other = execution_failure_message(
+        ServerView(ExecState.FAILED, exit_code=3, error_message="exited with status 4")
+    )
+    assert other == "exit code 3; exited with status 4"
+
+
 def test_failure_message_of_huge_stderr_survives_the_status_bound() -> None:
     run = running()
     server = ServerView(ExecState.FAILED, exit_code=9, stderr="y" * 50_000 + "LAST")

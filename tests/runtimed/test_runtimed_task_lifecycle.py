@@ -22,6 +22,7 @@ from runtimed_builders import POD_UID, run_dict
 from runtimed_fakes import FakeRunStore, FakeRuntimeServer, Program, RecordingEvents
 
 from krt.kube.clock import TrioLinkedClock
+from runtimed import tasks as tasks_module
 from runtimed.identity import PodIdentity
 from runtimed.runtime_client import RpcRejected
 from runtimed.sources import Workspace
@@ -526,3 +527,133 @@ async def test_many_runs_in_parallel_each_execute_once(
             assert status["phase"] == "Succeeded"
         assert sorted(h.server.execute_calls.values()) == [1] * 30
         assert not h.server.executions
+
+
+# -- output logging ------------------------------------------------------------------------------
+
+
+def _logged(caplog: pytest.LogCaptureFixture, uid: str) -> list[tuple[str, str, int]]:
+    """(stream, line, attempt) of every task output line logged for Run ``uid``."""
+    return [
+        (str(r.__dict__["stream"]), r.getMessage(), int(r.__dict__["attempt"]))
+        for r in caplog.records
+        if r.name == "runtimed.task" and r.__dict__.get("run_uid") == uid and "stream" in r.__dict__
+    ]
+
+
+async def test_output_of_a_running_task_is_logged_while_it_runs_each_line_once(
+    tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``krt logs -f`` shows lines as they come: complete lines are logged during the run."""
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=20.0, stdout="one\ntwo\nthree", stderr="warn\n")
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        execution = h.server.executions[uid]
+        execution.stdout = "one\ntw"  # a partial line is held back until it is complete
+        await trio.sleep(5)
+        assert _logged(caplog, uid) == [("stdout", "one", 1)]
+        execution.stdout, execution.stderr = "one\ntwo\n", "warn\n"
+        await trio.sleep(5)
+        assert h.store.status(key)["phase"] == "Running"
+        assert sorted(_logged(caplog, uid)) == [
+            ("stderr", "warn", 1),
+            ("stdout", "one", 1),
+            ("stdout", "two", 1),
+        ]
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+        # the rest (the unterminated last line included) comes at the end, nothing twice
+        assert sorted(_logged(caplog, uid)) == [
+            ("stderr", "warn", 1),
+            ("stdout", "one", 1),
+            ("stdout", "three", 1),
+            ("stdout", "two", 1),
+        ]
+
+
+async def test_each_attempt_logs_its_own_output_in_full(
+    tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        obj = run_dict(retry={"maxAttempts": 2, "backoff": "1s"})
+        uid = obj["metadata"]["uid"]
+        h.server.programs[uid] = [
+            Program(seconds=5.0, exit_code=1, stdout="a1\nb1\n"),
+            Program(seconds=5.0, stdout="a2\n"),
+        ]
+        h.store.create(obj)
+        status = await h.wait_phase("ns/r1", "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+        assert sorted(_logged(caplog, uid)) == [
+            ("stdout", "a1", 1),
+            ("stdout", "a2", 2),
+            ("stdout", "b1", 1),
+        ]
+
+
+async def test_logged_output_is_bounded_per_stream_and_attempt(
+    tmp_path: Path,
+    clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At most MAX_LOGGED_LINES lines per stream, counted across follow and final logging."""
+    monkeypatch.setattr(tasks_module, "MAX_LOGGED_LINES", 3)
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(
+            seconds=10.0, stdout="1\n2\n3\n4\n5\n", stderr="e1\ne2\ne3\ne4\n"
+        )
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.server.executions[uid].stdout = "1\n2\n"
+        await trio.sleep(3)
+        assert _logged(caplog, uid) == [("stdout", "1", 1), ("stdout", "2", 1)]
+        await h.wait_phase(key, "Succeeded", "Failed")
+        lines = [(stream, line) for stream, line, _ in _logged(caplog, uid)]
+        assert lines == [
+            ("stdout", "1"),
+            ("stdout", "2"),
+            ("stdout", "3"),
+            ("stdout", "2 more lines not logged"),
+            ("stderr", "e1"),
+            ("stderr", "e2"),
+            ("stderr", "e3"),
+            ("stderr", "1 more lines not logged"),
+        ]
+
+
+async def test_following_a_silent_task_backs_off(
+    tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A long task that prints nothing is asked for its output ever less often."""
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=120.0, stdout="")
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        await trio.sleep(5)
+        before = h.server.calls.count(("Status", uid))
+        await trio.sleep(60)
+        assert h.server.calls.count(("Status", uid)) - before <= 12
+        h.server.executions[uid].stdout = "now\n"  # seen within the longest follow interval
+        await trio.sleep(tasks_module.FOLLOW_MAX_DELAY_PERIODS + 1)
+        assert h.store.status(key)["phase"] == "Running"
+        assert _logged(caplog, uid) == [("stdout", "now", 1)]
+
+
+async def test_a_task_running_for_minutes_keeps_the_rleg_alive(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    """Thousands of quiet RLEG polls (here 0.05 s apart) never overflow its back-off."""
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=600.0, stdout="")
+        key = h.create()
+        status = await h.wait_phase(key, "Succeeded", "Failed", within=700)
+        assert status["phase"] == "Succeeded"

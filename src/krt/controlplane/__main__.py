@@ -15,8 +15,28 @@ from pathlib import Path
 import click
 import trio
 
+from krt import logs
 from krt.controlplane.app import ControlPlaneConfig, default_identity, serve_controlplane
 from krt.kube.client import DEFAULT_SERVICEACCOUNT_DIR, connect
+
+#: Libraries that log every request at INFO (httpx: one line per API call) or raw frames at
+#: DEBUG (hpack); they log at WARNING or above unless --log-level is higher.
+QUIET_LIBRARIES = ("httpx", "httpcore", "hpack")
+
+
+def configure_logging(level: str) -> None:
+    """Log JSON lines to stderr at ``level``, chatty libraries at WARNING or above.
+
+    The same line format as runtimed and the gateway (:mod:`krt.logs`), so ``kubectl logs``
+    of every kruntimes component reads alike and is not flooded by one line per API request.
+
+    Args:
+        level: a logging level name (``"info"``, ``"DEBUG"``, ...).
+
+    Raises:
+        ValueError: an unknown level name.
+    """
+    logs.configure(level=level, floors=dict.fromkeys(QUIET_LIBRARIES, logging.WARNING))
 
 
 def parse_listen_address(value: str) -> tuple[str, int] | None:
@@ -112,9 +132,7 @@ def main(
 ) -> None:
     """Run the kruntimes control plane: Runtime controller, scheduler, reaper and Run GC."""
     listen = parse_listen_address(metrics_addr)
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level)
     config = ControlPlaneConfig(
         namespaces=namespaces or None,
         leader_elect=leader_elect,

@@ -247,7 +247,10 @@ class Scheduler:
             usage[decision.pod.uid] = add(
                 usage.get(decision.pod.uid, {}), run.spec.effective_requests
             )
-            self._binds.start_soon(self._bind, key, obj, run, decision)
+            # read now: the informer may deliver the bind (and drop the key) before the
+            # bind's own response returns
+            since = self._pending_since.get(key)
+            self._binds.start_soon(self._bind, key, obj, run, decision, since)
             return None
         if isinstance(decision, Cancel):
             self._pending_since.pop(key, None)
@@ -298,8 +301,13 @@ class Scheduler:
         self.assumed.forget(run.metadata.uid)
         self._usage.pop(runtime_key(key[0], run.spec.runtime), None)
 
-    async def _bind(self, key: RunKey, obj: Obj, run: Run, decision: Bind) -> None:
-        """Send one bind; on 409 re-read the Run and schedule it again from the fresh copy."""
+    async def _bind(
+        self, key: RunKey, obj: Obj, run: Run, decision: Bind, since: float | None
+    ) -> None:
+        """Send one bind; on 409 re-read the Run and schedule it again from the fresh copy.
+
+        ``since`` is the trio time the Run was first queued as Pending (bind latency).
+        """
         async with self._bind_limit:
             try:
                 await write_status(
@@ -330,7 +338,7 @@ class Scheduler:
                 return
         self.bound += 1
         self._metrics.binds.inc()
-        since = self._pending_since.pop(key, None)
+        self._pending_since.pop(key, None)
         if since is not None:
             self._metrics.bind_latency.observe(trio.current_time() - since)
         self._recorder.emit(
