@@ -14,11 +14,18 @@ The API server runs as its own process (``localkube apiserver`` on a temporary s
 directory, so writes go to SQLite); the clients are trio tasks in this process, over HTTPS
 with the admin token: ``--writers`` concurrent writers (a minimal keep-alive h11 client),
 each creating a ConfigMap and then replacing it, alternately, and watch streams over the
-same minimal client (``--httpx-watchers``: httpx streams). Each write carries a sequence number in its
-data, which the watchers use to match events to the time the write was sent.
+same minimal client (``--httpx-watchers``: httpx streams, as before; more client CPU).
+Each write carries a sequence number in its data, which the watchers use to match events
+to the time the write was sent.
 
-Usage: ``python bench/localkube.py [--seconds S] [--writers N] [--watchers N] [--json]``
-``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
+The writers form a closed loop: each sends its next write when the last one is answered,
+so ``--writers`` is the number of writes in flight and the watch delay includes their
+queueing at the server. ``--rate R`` paces the writers, staggered, to R writes/s in all
+(a writer that falls behind sends at once), to read the delay at a given rate.
+
+Usage: ``python bench/localkube.py [--seconds S] [--writers N] [--watchers N] [--rate R]
+[--json]``; ``--quick`` is a short run; ``--report-json PATH`` writes the figures for
+bench/report.py.
 """
 
 from __future__ import annotations
@@ -145,15 +152,19 @@ class Bench:
                     *lines, pending = pending.split(b"\n")
                     self._received(lines, now)
 
-    async def writer(self, index: int, deadline: float, interval: float = 0.0) -> None:
+    async def writer(
+        self, index: int, deadline: float, interval: float = 0.0, offset: float = 0.0
+    ) -> None:
         """Create then replace ConfigMaps until ``deadline`` (perf_counter seconds).
 
-        With ``interval`` > 0 the writes are paced: one every ``interval`` seconds at most
-        (a writer that falls behind sends at once, so the achieved rate shows capacity).
+        With ``interval`` > 0 the writes are paced: one every ``interval`` seconds at most,
+        the first ``offset`` seconds from now (so paced writers take turns instead of
+        sending in bursts); a writer that falls behind sends at once, so the achieved rate
+        shows capacity.
         """
         async with RawClient(self.url, self.token, self.ssl) as client:
             n = 0
-            due = time.perf_counter()
+            due = time.perf_counter() + offset - interval
 
             async def pace() -> None:
                 nonlocal due
@@ -305,7 +316,13 @@ async def run(
                 async with trio.open_nursery() as writing:
                     for index in range(writers):
                         interval = writers / rate if rate > 0 else 0.0
-                        writing.start_soon(bench.writer, index, start + seconds, interval)
+                        writing.start_soon(
+                            bench.writer,
+                            index,
+                            start + seconds,
+                            interval,
+                            index / rate if rate > 0 else 0.0,
+                        )
                 elapsed = time.perf_counter() - start
                 server_cpu = _cpu_seconds(process.pid) - server_cpu
                 client_cpu = time.process_time() - client_cpu

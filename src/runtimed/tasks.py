@@ -90,7 +90,14 @@ from runtimed.task_decisions import (
     decide_task,
 )
 
-__all__ = ["KubeStatusWriter", "RunCache", "StatusWriter", "TaskLifecycle", "TaskTimings"]
+__all__ = [
+    "KubeStatusWriter",
+    "RunCache",
+    "StatusWriter",
+    "TaskLifecycle",
+    "TaskTimings",
+    "rleg_delay",
+]
 
 log = logging.getLogger(__name__)
 task_log = logging.getLogger("runtimed.task")
@@ -108,6 +115,17 @@ FOLLOW_MAX_CHARS: Final = 64 * 1024
 #: A task that prints nothing is read ever less often: the interval doubles up to this many
 #: ``follow_period``\ s, and drops back to one period as soon as new output appears.
 FOLLOW_MAX_DELAY_PERIODS: Final = 8
+
+
+def rleg_delay(quiet: int, *, fastest: float, slowest: float) -> float:
+    """Seconds until the next RLEG poll after ``quiet`` polls without a change.
+
+    ``fastest`` for the first :data:`RLEG_FAST_POLLS` quiet polls, then doubling up to
+    ``slowest``. The exponent is capped: a silent task polled for minutes makes ``quiet``
+    large, and ``2 ** quiet`` past ~1000 no longer converts to a float.
+    """
+    doublings = min(max(0, quiet - RLEG_FAST_POLLS), 64)
+    return float(min(slowest, fastest * 2.0**doublings))
 
 
 class RunCache(Protocol):
@@ -703,9 +721,7 @@ class TaskLifecycle:
             if entries is None:
                 await trio.sleep(UNREACHABLE_RETRY_SECONDS)
                 continue
-            # bounded: past RLEG_FAST_POLLS + 32 the period is long at its cap anyway, and an
-            # unbounded count overflows 2**n as a float after ~1000 quiet polls (minutes)
-            quiet = min(quiet + 1, RLEG_FAST_POLLS + 32)
+            quiet += 1
             for local in watched:
                 view = entries.get(local.uid)
                 state = view.state if view is not None else ExecState.NOT_FOUND
@@ -713,7 +729,7 @@ class TaskLifecycle:
                     local.last_server_state = state
                     quiet = 0
                     self.queue.add(local.key)
-            delay = min(slowest, fastest * 2 ** max(0, quiet - RLEG_FAST_POLLS))
+            delay = rleg_delay(quiet, fastest=fastest, slowest=slowest)
             with trio.move_on_after(delay):
                 await self._rleg_wakeup.wait()
             if self._rleg_wakeup.is_set():
