@@ -190,7 +190,8 @@ def test_the_unreachable_kubeconfig_fails_with_exit_6(files: Path) -> None:
         (["invoke", "f", "-d", "{}", "--timeout", "fast"], "--timeout", "duration"),
         (["wait", "x", "--for", "phase=Done"], "--for", "phase=Done"),
         (["get", "x", "-o", "xml"], "--output", "xml"),
-        (["cancel", "Not/A/Name"], "NAME", "not a valid name"),
+        (["cancel", "run/Not/A/Name"], "NAME", "not a valid name"),
+        (["cancel", "Not/A/Name"], "", "is not a Run (NAME argument)"),
     ],
 )
 def test_bad_input_is_a_usage_error_naming_the_flag(

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from krt.proto.executor.v1 import runtime_pb2 as pb
+from servers.common import limits
 from servers.python.adapter import PythonAdapter
 
 HANDLER = """
@@ -87,6 +88,33 @@ async def test_health_and_tasks(start_runtime_server: Callable[..., Any], tmp_pa
             == purerpc.StatusCode.FAILED_PRECONDITION
         )
         await server.runtime.Cancel(pb.CancelRequest(id="t3"))
+
+
+async def test_status_of_a_huge_output_ends_with_its_last_line(
+    start_runtime_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """3 MiB then "THE END" on both streams: Status keeps the end, with the marker between."""
+    script = (
+        "import sys\n"
+        "for stream in (sys.stdout, sys.stderr):\n"
+        "    stream.write('x' * 3 * 1024 * 1024 + '\\nTHE END')\n"
+        "sys.exit(3)\n"
+    )
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        await server.runtime.Execute(pb.ExecuteRequest(id="big", args=["-c", script]))
+        with trio.fail_after(10):
+            while True:
+                status = await server.runtime.Status(pb.StatusRequest(id="big"))
+                if status.state >= pb.EXECUTION_STATE_SUCCEEDED:
+                    break
+                await trio.sleep(0.02)
+    assert status.state == pb.EXECUTION_STATE_FAILED
+    assert status.exit_code == 3
+    dropped = 3 * 1024 * 1024 + len("\nTHE END") - limits.TASK_OUTPUT_LIMIT_BYTES
+    for text in (status.stdout, status.stderr):
+        assert text.endswith("xxx\nTHE END")
+        assert f"[... {dropped} bytes of output dropped by the Runtime Server" in text
+        assert len(text.encode()) < limits.TASK_OUTPUT_LIMIT_BYTES + 200
 
 
 async def test_function_lifecycle(

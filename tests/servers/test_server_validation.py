@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -129,26 +130,76 @@ def test_bounded_buffer_keeps_everything_under_the_limit() -> None:
     assert not buffer.truncated
 
 
-def test_bounded_buffer_marks_truncation_within_the_limit() -> None:
+def test_bounded_buffer_keeps_head_and_tail_and_names_the_dropped_bytes() -> None:
     buffer = BoundedBuffer()
     chunk = b"x" * 65536
     for _ in range(40):  # 2.5 MiB
         buffer.write(chunk)
+    buffer.write(b"THE END\n")
     text = buffer.text()
+    dropped = 40 * 65536 + 8 - limits.TASK_OUTPUT_LIMIT_BYTES
     assert buffer.truncated
-    assert buffer.dropped == 40 * 65536 - limits.TASK_OUTPUT_LIMIT_BYTES
-    assert text.endswith(limits.TRUNCATION_MARKER)
-    assert len(text.encode()) <= limits.TASK_OUTPUT_LIMIT_BYTES
-    assert text.startswith("xxxx")
+    assert buffer.dropped == dropped
+    marker = limits.TRUNCATION_MARKER.format(
+        dropped=dropped,
+        head=limits.TASK_OUTPUT_HEAD_BYTES,
+        tail=limits.TASK_OUTPUT_LIMIT_BYTES - limits.TASK_OUTPUT_HEAD_BYTES,
+    )
+    assert f" {dropped} bytes of output dropped" in marker
+    head, _, tail = text.partition(marker)
+    assert head == "x" * limits.TASK_OUTPUT_HEAD_BYTES
+    assert len(tail) == limits.TASK_OUTPUT_LIMIT_BYTES - limits.TASK_OUTPUT_HEAD_BYTES
+    assert tail.endswith("xxTHE END\n")
+    assert len(text.encode()) == limits.TASK_OUTPUT_LIMIT_BYTES + len(marker)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bounded_buffer_never_stores_more_than_its_limit(seed: int) -> None:
+    rng = random.Random(seed)
+    limit, head = 1000, 250
+    buffer = BoundedBuffer(limit, head=head, marker="|{dropped}|")
+    stream = bytearray()
+    for _ in range(300):
+        chunk = bytes(
+            rng.randrange(256) for _ in range(rng.choice([0, 1, 7, 249, 999, 1000, 3000]))
+        )
+        buffer.write(chunk)
+        stream += chunk
+        assert buffer.stored <= limit
+        assert buffer.stored == min(len(stream), limit)
+        assert buffer.dropped == len(stream) - buffer.stored
+    # the kept bytes are exactly the stream's first `head` and last `limit - head` bytes
+    assert buffer._head == stream[:head]
+    assert buffer._tail == stream[-(limit - head) :]
+
+
+def test_bounded_buffer_without_truncation_returns_everything_up_to_the_limit() -> None:
+    buffer = BoundedBuffer(10, head=4)
+    for piece in (b"ab", b"cdef", b"ghij"):
+        buffer.write(piece)
+    assert not buffer.truncated
+    assert buffer.text() == "abcdefghij"
+    buffer.write(b"k")
+    marker = limits.TRUNCATION_MARKER.format(dropped=1, head=4, tail=6)
+    assert buffer.text() == "abcd" + marker + "fghijk"
+
+
+def test_bounded_buffer_rejects_a_head_outside_the_limit() -> None:
+    with pytest.raises(ValueError, match="head must be within 0..limit"):
+        BoundedBuffer(10, head=-1)
+    with pytest.raises(ValueError, match="limit must be >= 0"):
+        BoundedBuffer(-1)
 
 
 def test_bounded_buffer_does_not_split_a_character_at_the_cut() -> None:
-    buffer = BoundedBuffer(limit=40, marker="[cut]")
-    buffer.write("é".encode() * 100)
+    buffer = BoundedBuffer(limit=41, head=20, marker="[cut {dropped}]")
+    buffer.write("é".encode() * 100)  # 2 bytes each; head 20 bytes, tail 21 bytes
     text = buffer.text()
-    assert text.endswith("[cut]")
     assert "\ufffd" not in text
-    assert len(text.encode()) <= 40
+    assert text == "é" * 10 + "[cut 160]" + "é" * 10
+    odd = BoundedBuffer(limit=41, head=21, marker="[cut {dropped}]")
+    odd.write("é".encode() * 100)  # the head ends inside a character
+    assert odd.text() == "é" * 10 + "[cut 160]" + "é" * 10
 
 
 def test_bound_text() -> None:

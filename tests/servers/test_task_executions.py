@@ -191,13 +191,34 @@ async def test_environment_is_exactly_env_plus_path_and_home(
     assert set(env) - {"GREETING", "HOME", "PATH", "LC_CTYPE"} == set()
 
 
-async def test_stdout_and_stderr_are_bounded_with_a_marker(manager: ExecutionManager) -> None:
-    script = "import sys; sys.stdout.write('o' * 3_000_000); sys.stderr.write('e' * 10)"
+async def test_stdout_and_stderr_keep_head_and_tail_with_a_marker(
+    manager: ExecutionManager,
+) -> None:
+    script = (
+        "import sys\n"
+        "for stream in (sys.stdout, sys.stderr):\n"
+        "    stream.write('first line\\n' + 'o' * 3 * 1024 * 1024 + '\\nTHE END\\n')\n"
+        "sys.exit(1)\n"
+    )
     status = await run(manager, id="t1", args=["-c", script])
-    assert status.state is ExecutionState.SUCCEEDED
-    assert len(status.stdout.encode()) <= limits.TASK_OUTPUT_LIMIT_BYTES
-    assert status.stdout.endswith(limits.TRUNCATION_MARKER)
-    assert status.stdout.startswith("ooo")
+    assert status.state is ExecutionState.FAILED
+    size = len("first line\n") + 3 * 1024 * 1024 + len("\nTHE END\n")
+    marker = limits.TRUNCATION_MARKER.format(
+        dropped=size - limits.TASK_OUTPUT_LIMIT_BYTES,
+        head=limits.TASK_OUTPUT_HEAD_BYTES,
+        tail=limits.TASK_OUTPUT_LIMIT_BYTES - limits.TASK_OUTPUT_HEAD_BYTES,
+    )
+    for text in (status.stdout, status.stderr):
+        assert text.startswith("first line\nooo")
+        assert text.endswith("ooo\nTHE END\n")
+        assert text.count(marker) == 1
+        assert len(text.encode()) == limits.TASK_OUTPUT_LIMIT_BYTES + len(marker)
+
+
+async def test_small_output_is_kept_whole(manager: ExecutionManager) -> None:
+    script = "import sys; sys.stdout.write('o' * 300_000); sys.stderr.write('e' * 10)"
+    status = await run(manager, id="t1", args=["-c", script])
+    assert status.stdout == "o" * 300_000
     assert status.stderr == "e" * 10
 
 

@@ -33,7 +33,8 @@ from krt.cli.invoking import (
     post,
 )
 from krt.cli.lookup import get_object
-from krt.cli.params import Duration, check_run_name
+from krt.cli.params import Duration
+from krt.cli.run_refs import run_name
 from krt.kube.resources import RUNS
 
 Obj = dict[str, Any]
@@ -124,7 +125,7 @@ def invoke_cmd(
     service_account: str | None,
 ) -> None:
     """Invoke a function Run: print its output on stdout, metadata on stderr."""
-    check_run_name(name)
+    name = run_name(name)
     if invocation_id is not None:
         try:
             check_invocation_id(invocation_id)

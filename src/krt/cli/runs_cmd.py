@@ -15,8 +15,9 @@ from krt.cli.exitcodes import ExitCode, epilog
 from krt.cli.failures import CommandFailed, run_async
 from krt.cli.logs import LogLine, follow_run_logs, run_log_lines
 from krt.cli.lookup import get_object, list_objects, now
-from krt.cli.params import Duration, check_run_name, output_option
+from krt.cli.params import Duration, output_option
 from krt.cli.printing import OutputFormat, render_objects
+from krt.cli.run_refs import run_name
 from krt.cli.waiting import Progress, time_limit, wait_for_deletion, wait_with_progress
 from krt.kube.errors import ApiError, NotFound
 from krt.kube.resources import EVENTS, RUNS
@@ -30,9 +31,7 @@ TABLE_FORMATS = ("table", "wide", "json", "yaml", "name")
 
 
 def _names(names: tuple[str, ...]) -> tuple[str, ...]:
-    for name in names:
-        check_run_name(name)
-    return names
+    return tuple(run_name(name) for name in names)
 
 
 def print_runs(objs: list[Obj], output: str, *, single: bool) -> None:
@@ -129,7 +128,7 @@ Examples:
 @kube_options
 def describe_cmd(target: KubeTarget, name: str) -> None:
     """Show a Run in detail: spec, status, conditions and its Events."""
-    check_run_name(name)
+    name = run_name(name)
 
     async def main() -> None:
         async with open_kube(target) as kube:
@@ -166,7 +165,7 @@ Examples:
 @kube_options
 def logs_cmd(target: KubeTarget, name: str, follow: bool, runtimed: bool) -> None:
     """Print a Run's output (from its Pod's runtimed log, filtered by the Run's UID)."""
-    check_run_name(name)
+    name = run_name(name)
 
     def emit(line: LogLine) -> None:
         if runtimed or line.stream != "runtimed":
@@ -220,7 +219,7 @@ Examples:
 @kube_options
 def cancel_cmd(target: KubeTarget, name: str, wait: bool, timeout: float | None) -> None:
     """Request cancellation (spec.cancelRequested: true); the Run ends Cancelled."""
-    check_run_name(name)
+    name = run_name(name)
 
     async def main() -> None:
         async with open_kube(target) as kube:
@@ -270,7 +269,7 @@ def delete_cmd(
     target: KubeTarget, names: tuple[str, ...], wait: bool, timeout: float | None
 ) -> None:
     """Delete Runs (a function Run is unregistered first; see seed 000 Cleanup)."""
-    _names(names)
+    names = _names(names)
 
     async def main() -> None:
         async with open_kube(target) as kube:
@@ -326,7 +325,7 @@ def wait_cmd(
     target: KubeTarget, name: str, condition: str, timeout: float | None, output: str | None
 ) -> None:
     """Wait for a Run to finish, become Ready, reach a phase, or be deleted."""
-    check_run_name(name)
+    name = run_name(name)
     code = run_async(lambda: wait_run(target, name, condition, timeout, output))
     sys.exit(int(code))
 

@@ -2,7 +2,8 @@
 
 Each execution is one process in its own process group (``start_new_session``), so a
 timeout or Cancel reaches everything the task started. stdout and stderr are drained
-concurrently into :class:`~servers.common.bounded.BoundedBuffer` (1 MiB each). The
+concurrently into :class:`~servers.common.bounded.BoundedBuffer` (1 MiB each: the
+first 256 KiB and the last 768 KiB, so a failure at the end stays visible). The
 environment is exactly the request's ``env`` plus a minimal PATH and HOME: the server's own
 environment (and its secrets) never leaks into a task.
 

@@ -11,10 +11,17 @@ from typing import Final
 
 from krt.api import limits as api_limits
 
-#: stdout and stderr of a task execution are each kept to this many bytes.
+#: stdout and stderr of a task execution are each kept to this many bytes (head plus tail).
 TASK_OUTPUT_LIMIT_BYTES: Final = 1024 * 1024
-#: appended (within the limit) when task output was cut.
-TRUNCATION_MARKER: Final = "\n[... output truncated by the Runtime Server: limit is 1 MiB ...]\n"
+#: of those, this many come from the start of the stream; the other 768 KiB are its end,
+#: where a failing task usually says why (runtimed quotes a stderr tail in the Run).
+TASK_OUTPUT_HEAD_BYTES: Final = 256 * 1024
+#: put between the kept head and tail when task output was cut (a ``str.format`` template:
+#: ``dropped``, ``head`` and ``tail`` are byte counts).
+TRUNCATION_MARKER: Final = (
+    "\n[... {dropped} bytes of output dropped by the Runtime Server"
+    " (kept the first {head} and the last {tail} bytes) ...]\n"
+)
 #: execution IDs and Run UIDs are path components: at most this many bytes.
 MAX_ID_BYTES: Final = 128
 #: a function handler (``module.function``, ``file.function``) is at most this many bytes.
