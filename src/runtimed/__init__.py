@@ -14,7 +14,7 @@ Modules (one job each):
   :class:`~runtimed.runtime_client.RuntimeServer` protocol.
 * :mod:`runtimed.readiness` -- the ``kruntimes.io/RuntimedReady`` Pod condition.
 * :mod:`runtimed.httpserver`, :mod:`runtimed.metrics`, :mod:`krt.logs`,
-  :mod:`runtimed.events`, :mod:`runtimed.identity`.
+  :mod:`runtimed.identity`.
 
 The function lifecycle and the invoke proxy belong in their own modules beside
 :mod:`runtimed.tasks`, wired into :func:`runtimed.daemon.serve_daemon`; the task lifecycle

@@ -21,6 +21,7 @@ from krt import logs
 from runtimed.daemon import DaemonConfig, serve_daemon
 from runtimed.dataplane.app import DataplaneSettings
 from runtimed.dataplane.peer import PeerTLSError, load_peer_tls
+from runtimed.functions.settings import DEFAULT_GATEWAY_URL, FunctionSettings, load_ca_bundle
 from runtimed.identity import PodIdentity
 from runtimed.runtime_client import parse_address
 from runtimed.sources import Workspace
@@ -118,6 +119,20 @@ async def _run_until_signal(config: DaemonConfig) -> None:
     help="Directory with tls.crt, tls.key, ca.crt for peer mTLS (unset: plaintext, no hops).",
 )
 @click.option(
+    "--gateway-url",
+    envvar="RUNTIMED_GATEWAY_URL",
+    default=None,
+    help="Base URL of the shared gateway published in function Runs' status.endpoint "
+    "(default: the in-cluster runtime-gateway Service of kruntimes-system).",
+)
+@click.option(
+    "--gateway-ca-file",
+    envvar="RUNTIMED_GATEWAY_CA_FILE",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="PEM CA bundle published as status.endpoint.caBundle (unset: omitted).",
+)
+@click.option(
     "--kubeconfig", envvar="RUNTIMED_KUBECONFIG", default=None, type=click.Path(path_type=Path)
 )
 @click.option(
@@ -160,6 +175,8 @@ def main(
     http_port: int,
     runtimed_port: int,
     peer_tls_dir: Path | None,
+    gateway_url: str | None,
+    gateway_ca_file: Path | None,
     kubeconfig: Path | None,
     serviceaccount_dir: Path,
     git: str,
@@ -190,6 +207,17 @@ def main(
             load_peer_tls(peer_tls_dir)
         except PeerTLSError as exc:
             raise click.UsageError(str(exc)) from None
+    try:
+        functions = FunctionSettings(
+            gateway_url=gateway_url or DEFAULT_GATEWAY_URL,
+            ca_bundle=(
+                load_ca_bundle(_under_root(gateway_ca_file, path_root))
+                if gateway_ca_file is not None
+                else None
+            ),
+        )
+    except (ValueError, OSError) as exc:
+        raise click.UsageError(f"--gateway-url/--gateway-ca-file: {exc}") from None
     # Everything (root logger); hpack logs raw headers (tokens) at DEBUG, so the chatty
     # libraries stay at WARNING and above.
     logs.configure(level=log_level, floors=dict.fromkeys(QUIET_LIBRARIES, logging.WARNING))
@@ -207,6 +235,7 @@ def main(
         dataplane=DataplaneSettings(
             host=pod_ip or "", port=runtimed_port, peer_tls_dir=peer_tls_dir
         ),
+        functions=functions,
     )
     trio.run(_run_until_signal, config)
 

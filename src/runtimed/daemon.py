@@ -11,7 +11,8 @@ Start-up order, each child started with ``nursery.start`` so it is explicit:
    localkube) do not offer field selectors on custom resources, and the scheduler sets no
    label, so the filter is client-side: one dictionary lookup per event;
 4. the task lifecycle (reconcile workers, start workers, RLEG, sweeper), after a first sweep
-   of the Runtime Server's executions (restart safety);
+   of the Runtime Server's executions (restart safety), then the function lifecycle
+   (registration, idle and lifetime pollers, cleanup), which adopts this Pod's Runs;
 5. the invoke dataplane (:func:`runtimed.dataplane.app.serve_dataplane`: ownership cache on
    the Run informer plus a Pod informer, the FunctionRuntime proxy on ``RUNTIMED_PORT``),
    when configured;
@@ -34,6 +35,7 @@ import trio
 
 from krt.kube.client import Kube, Obj, connect
 from krt.kube.clock import Clock, SystemClock
+from krt.kube.events import EventRecorder
 from krt.kube.heartbeat import (
     HEARTBEAT_LEASE_DURATION_SECONDS,
     HEARTBEAT_PERIOD_SECONDS,
@@ -44,8 +46,11 @@ from krt.kube.resources import RUNS
 from krt.kube.status import patch_pod_condition
 from runtimed.dataplane.app import DataplaneSettings, serve_dataplane
 from runtimed.dataplane.proxy import InvokeProxy
-from runtimed.events import KubeEventSink
+from runtimed.functions.client import FunctionRuntimeClient
+from runtimed.functions.finalizers import KubeFinalizers
+from runtimed.functions.lifecycle import FunctionLifecycle
 from runtimed.functions.registry import FunctionRegistry
+from runtimed.functions.settings import FunctionSettings
 from runtimed.httpserver import health_app, serve_http
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
@@ -85,6 +90,9 @@ class DaemonConfig:
         lease_duration: ``leaseDurationSeconds`` of the heartbeat Lease.
         health_period: seconds between Health probes.
         dataplane: the invoke proxy's Service port, or ``None`` to serve none.
+        functions: the function lifecycle's published endpoint (gateway URL, CA bundle),
+            defaults and deadlines; ``None`` runs no function lifecycle (for tests that drive
+            function Runs' status themselves).
     """
 
     pod: PodIdentity
@@ -101,6 +109,7 @@ class DaemonConfig:
     lease_duration: int = HEARTBEAT_LEASE_DURATION_SECONDS
     health_period: float = 1.0
     dataplane: DataplaneSettings | None = None
+    functions: FunctionSettings | None = field(default_factory=FunctionSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +124,7 @@ class DaemonHandle:
         readiness: the readiness loop.
         registry: the function registry (shared by the function lifecycle and the proxy).
         proxy: the invoke proxy (``proxy.port`` is its bound port), or ``None``.
+        functions: the function lifecycle.
     """
 
     http_port: int
@@ -124,6 +134,7 @@ class DaemonHandle:
     readiness: ReadinessLoop
     registry: FunctionRegistry | None = None
     proxy: InvokeProxy | None = None
+    functions: FunctionLifecycle | None = None
 
 
 def assigned_pod_uids(obj: Obj) -> Iterable[str]:
@@ -167,7 +178,7 @@ async def serve_daemon(
             metrics = RuntimedMetrics()
             server = RuntimeServerClient(config.server_host, config.server_port)
             await nursery.start(server.run)
-            events = KubeEventSink(kube, component="runtimed", host=pod.name, clock=clock)
+            events = EventRecorder(kube, "runtimed", instance=pod.name, clock=clock)
             await nursery.start(events.run)
 
             informer = Informer(kube, RUNS, namespace=pod.namespace)
@@ -189,9 +200,28 @@ async def serve_daemon(
             for obj in informer.by_index(ASSIGNED_POD_INDEX, pod.uid):
                 lifecycle.queue.add(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
             await nursery.start(lifecycle.run)
-            # the function registry: the function lifecycle writes it (pass it as its
-            # ``registry``), the invoke proxy reads it
+            # the function registry: the function lifecycle writes it, the invoke proxy reads it
             registry = FunctionRegistry()
+            functions: FunctionLifecycle | None = None
+            if config.functions is not None:
+                function_server = FunctionRuntimeClient(config.server_host, config.server_port)
+                await nursery.start(function_server.run)
+                functions = FunctionLifecycle(
+                    pod=pod,
+                    cache=informer,
+                    writer=KubeStatusWriter(kube),
+                    finalizers=KubeFinalizers(kube),
+                    server=function_server,
+                    workspace=config.workspace,
+                    clock=clock,
+                    settings=config.functions,
+                    registry=registry,
+                    events=events,
+                    git=config.git,
+                )
+                informer.add_handler(functions.on_run_event)
+                functions.adopt(informer.by_index(ASSIGNED_POD_INDEX, pod.uid))
+                await nursery.start(functions.run)
             proxy: InvokeProxy | None = None
             if config.dataplane is not None:
                 proxy = await nursery.start(
@@ -247,6 +277,7 @@ async def serve_daemon(
                     readiness=readiness,
                     registry=registry,
                     proxy=proxy,
+                    functions=functions,
                 )
             )
     finally:

@@ -223,7 +223,7 @@ class FunctionLifecycle:
         self._clock = clock
         self.settings = settings or FunctionSettings()
         self.timings = self.settings.timings
-        self.registry = registry or FunctionRegistry()
+        self.registry = registry if registry is not None else FunctionRegistry()
         self._events = events or NullEventSink()
         self._git = git
         self._workers = workers
