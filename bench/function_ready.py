@@ -15,9 +15,7 @@ Reported (milliseconds, client wall clock):
 * create -> Ready: plus the create and bind requests.
 
 With ``--cluster`` it uses the full localkube cluster instead (control plane scheduler,
-Runtime Pods with real runtimed sidecars; until the daemon starts the function lifecycle
-itself, runtimed runs as ``tests/runtimed/functions/runtimed_with_functions.py``); then
-"bind" is the create.
+Runtime Pods with real runtimed sidecars); then "bind" is the create.
 
 Target (issue 7): create -> Ready p50 under 200 ms.
 
@@ -212,14 +210,8 @@ def _summary(
 async def bench_cluster(runs: int, concurrency: int) -> dict[str, Any]:
     from runtimed_cluster import running_cluster, runtime_manifest, wait_runtime_ready
 
-    daemon = ROOT / "src" / "runtimed" / "daemon.py"
-    images = None
-    if "from runtimed.functions.lifecycle import" not in daemon.read_text():
-        # the daemon does not run the function lifecycle yet: use the tests' wrapper image
-        wrapper = ROOT / "tests" / "runtimed" / "functions" / "runtimed_with_functions.py"
-        images = {"kruntimes/runtimed": {"entrypoint": [sys.executable, str(wrapper)]}}
     with tempfile.TemporaryDirectory(prefix="krt-fn-bench-") as tmp:
-        async with running_cluster(Path(tmp) / "state", images=images) as cluster:
+        async with running_cluster(Path(tmp) / "state") as cluster:
             kube = cluster.kube
             await kube.create(RUNTIMES, runtime_manifest("python", kind="python", runs=runs))
             await wait_runtime_ready(kube, "python", 1)

@@ -49,6 +49,7 @@ from runtimed.dataplane.proxy import InvokeProxy
 from runtimed.functions.client import FunctionRuntimeClient
 from runtimed.functions.finalizers import KubeFinalizers
 from runtimed.functions.lifecycle import FunctionLifecycle
+from runtimed.functions.metrics import FunctionMetrics
 from runtimed.functions.registry import FunctionRegistry
 from runtimed.functions.settings import FunctionSettings
 from runtimed.httpserver import health_app, serve_http
@@ -218,6 +219,7 @@ async def serve_daemon(
                     registry=registry,
                     events=events,
                     git=config.git,
+                    metrics=FunctionMetrics(metrics.registry),
                 )
                 informer.add_handler(functions.on_run_event)
                 functions.adopt(informer.by_index(ASSIGNED_POD_INDEX, pod.uid))

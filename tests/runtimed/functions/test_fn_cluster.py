@@ -2,17 +2,14 @@
 Pods running real runtimed sidecars and the real Python Runtime Server, driven only through
 Run objects.
 
-Until runtimed's daemon itself dispatches function Runs to
-:class:`runtimed.functions.lifecycle.FunctionLifecycle`, the Runtime Pods' runtimed image is
-``runtimed_with_functions.py`` (the real runtimed command with the lifecycle wired next to
-the daemon), through a localkube images overlay.
+runtimed's daemon dispatches function Runs (``spec.mode.function``) to
+:class:`runtimed.functions.lifecycle.FunctionLifecycle`.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +27,6 @@ from runtimed_cluster import (
 from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER
 from krt.kube.errors import NotFound
 from krt.kube.resources import PODS, RUNS, RUNTIMES
-
-DAEMON = Path(__file__).resolve().parents[3] / "src" / "runtimed" / "daemon.py"
-WIRED = "from runtimed.functions.lifecycle import" in DAEMON.read_text()
-WRAPPER = Path(__file__).resolve().with_name("runtimed_with_functions.py")
-#: the runtimed image: as installed once the daemon is wired, else the test wrapper
-IMAGES = None if WIRED else {"kruntimes/runtimed": {"entrypoint": [sys.executable, str(WRAPPER)]}}
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +48,7 @@ def function_run(name: str, **spec: Any) -> dict[str, Any]:
 
 
 async def test_ready_capacity_cancel_and_delete(tmp_path: Path) -> None:
-    async with running_cluster(tmp_path / "state", images=IMAGES) as cluster:
+    async with running_cluster(tmp_path / "state") as cluster:
         kube = cluster.kube
         await kube.create(RUNTIMES, runtime_manifest("python", kind="python", runs=1))
         (pod,) = await wait_runtime_ready(kube, "python", 1)
@@ -98,7 +89,7 @@ async def test_ready_capacity_cancel_and_delete(tmp_path: Path) -> None:
 
 
 async def test_pod_loss_re_registers_elsewhere_with_attempt_2(tmp_path: Path) -> None:
-    async with running_cluster(tmp_path / "state", images=IMAGES) as cluster:
+    async with running_cluster(tmp_path / "state") as cluster:
         kube = cluster.kube
         await kube.create(RUNTIMES, runtime_manifest("python", kind="python", replicas=2, runs=2))
         await wait_runtime_ready(kube, "python", 2)
@@ -139,7 +130,7 @@ def _log_lines(root: Path, container: str) -> list[str]:
 async def test_runtimed_restart_keeps_the_registration_and_server_kill_re_registers(
     tmp_path: Path,
 ) -> None:
-    async with running_cluster(tmp_path / "state", images=IMAGES) as cluster:
+    async with running_cluster(tmp_path / "state") as cluster:
         kube = cluster.kube
         await kube.create(RUNTIMES, runtime_manifest("python", kind="python"))
         (pod,) = await wait_runtime_ready(kube, "python", 1)
