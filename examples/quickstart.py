@@ -38,6 +38,8 @@ KRT = str(BIN / "krt") if (BIN / "krt").exists() else "krt"
 KRM_FUNCTION = "krm-set-metadata"
 BASH_FUNCTION = "greet"
 LATENCY = re.compile(r"latency ([0-9.]+) ms")
+#: Set when a function published no caBundle (see trust_gateway_ca).
+TRUST_ROOT_NEEDED = False
 
 sys.path.insert(0, str(EXAMPLES / "krm"))
 import resource_list  # noqa: E402  (examples/krm/resource_list.py)
@@ -176,6 +178,8 @@ def trust_gateway_ca(name: str, env: dict[str, str]) -> dict[str, str]:
     endpoint = (json.loads(done.stdout).get("status") or {}).get("endpoint") or {}
     if endpoint.get("caBundle"):
         return env
+    global TRUST_ROOT_NEEDED
+    TRUST_ROOT_NEEDED = True
     ca = Path(env["KUBECONFIG"]).parent / "kruntimes" / "gateway-ca" / "ca.crt"
     print(f"(no caBundle in {name}'s endpoint: trusting the dev gateway CA via SSL_CERT_FILE={ca})")
     return {**env, "SSL_CERT_FILE": str(ca)}
@@ -235,13 +239,19 @@ def run_bash(env: dict[str, str]) -> None:
 def next_steps(state_dir: Path, failed: bool) -> None:
     banner("The cluster keeps running. Try next:")
     state_arg = "" if state_dir == Path("~/.krt/dev").expanduser() else f" --state-dir {state_dir}"
+    # functions publishing no caBundle: trust the dev gateway CA for that one command
+    trust = (
+        f"SSL_CERT_FILE={state_dir / 'kruntimes' / 'gateway-ca' / 'ca.crt'} "
+        if TRUST_ROOT_NEEDED
+        else ""
+    )
     print(
         f"""  source .venv/bin/activate; source {state_dir / "env"}   # krt, KUBECONFIG, KRT_GATEWAY_URL
   krt get                          # every Run and its phase
   krt describe {KRM_FUNCTION}     # the function Run: endpoint, conditions, events
-  krt invoke {KRM_FUNCTION} -d @examples/krm/resource-list.json \\
+  {trust}krt invoke {KRM_FUNCTION} -d @examples/krm/resource-list.json \\
       | python examples/krm/resource_list.py show -
-  krt invoke {BASH_FUNCTION} -d '{{"name": "you"}}'
+  {trust}krt invoke {BASH_FUNCTION} -d '{{"name": "you"}}'
   krt run --runtime bash --wait -- 'echo "bash=$BASH_VERSION" >> "$KRUNTIME_OUTPUTS"'
   krt runtime list; krt dev status{state_arg}
   kubectl get pods -A              # localkube speaks the Kubernetes API (if kubectl is installed)

@@ -159,15 +159,6 @@ def test_no_install_gives_a_bare_cluster_and_a_crashing_component_is_reported_wi
     assert f"krt dev down --state-dir {state}" in error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "function Runs stay Scheduled on localkube: runtimed.daemon.serve_daemon does not run "
-        "the function lifecycle yet (runtimed.functions.FunctionLifecycle is not wired), and "
-        "runtimed gets no --gateway-url/--gateway-ca-file from the control plane. Remove this "
-        "marker once `krt function create` reaches Ready on `krt dev up`."
-    ),
-)
 def test_the_quick_start_runs_the_task_and_the_functions_end_to_end(state: Path) -> None:
     done = subprocess.run(
         [sys.executable, "examples/quickstart.py", "--state-dir", str(state), "--invokes", "3"],
