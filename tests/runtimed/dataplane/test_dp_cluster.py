@@ -1,9 +1,9 @@
 """Invoke through real runtimed sidecars on localkube: two Runtime Pods, the real Python
 Runtime Server, the function lifecycle registering the Run (issue 8 acceptance, runtimed side).
 
-The Pods run the ``runtimed`` command (with the function lifecycle wired beside the daemon by
-``dp_runtimed_entry.py`` until the daemon wires it itself), so the proxy here is the one
-``RUNTIMED_PORT`` starts in production. No peer TLS Secret is mounted yet (``krt dev up``
+The Pods run the ``runtimed`` command through ``dp_runtimed_entry.py`` (which only adds a
+host-path peer TLS directory), so the proxy and the function lifecycle here are the ones
+``runtimed`` starts in production. No peer TLS Secret is mounted yet (``krt dev up``
 will provide one), so the non-owner answers UNAVAILABLE instead of hopping.
 """
 
