@@ -56,6 +56,7 @@ from runtimed.httpserver import health_app, serve_http
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
 from runtimed.readiness import ReadinessLoop
+from runtimed.run_fields import assigned_pod_uid, queue_key
 from runtimed.runtime_client import RuntimeServerClient
 from runtimed.sources import Workspace
 from runtimed.tasks import KubeStatusWriter, TaskLifecycle, TaskTimings
@@ -140,8 +141,8 @@ class DaemonHandle:
 
 def assigned_pod_uids(obj: Obj) -> Iterable[str]:
     """Index function: the Run's ``status.assignedPodUID`` (nothing when unassigned)."""
-    uid = (obj.get("status") or {}).get("assignedPodUID")
-    return [str(uid)] if uid else []
+    uid = assigned_pod_uid(obj)
+    return [uid] if uid else []
 
 
 async def serve_daemon(
@@ -199,7 +200,7 @@ async def serve_daemon(
             informer.add_handler(lifecycle.on_run_event)
             await nursery.start(informer.run)
             for obj in informer.by_index(ASSIGNED_POD_INDEX, pod.uid):
-                lifecycle.queue.add(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+                lifecycle.queue.add(queue_key(obj))
             await nursery.start(lifecycle.run)
             # the function registry: the function lifecycle writes it, the invoke proxy reads it
             registry = FunctionRegistry()

@@ -50,6 +50,7 @@ from krt.kube.status import write_status
 from krt.kube.workqueue import Requeue, WorkQueue
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
+from runtimed.run_fields import assigned_pod_uid, queue_key, resource_version, run_uid
 from runtimed.runtime_client import (
     ExecuteSpec,
     ExecutionStillRunning,
@@ -181,25 +182,6 @@ class TaskTimings:
     server_timeout_slack: float = 5.0
 
 
-def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
-
-
-def _rv(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _assigned_uid(obj: Obj | None) -> str:
-    if obj is None:
-        return ""
-    return str((obj.get("status") or {}).get("assignedPodUID") or "")
-
-
 class TaskLifecycle:
     """Runs the task Runs assigned to one Runtime Pod (see the module docstring).
 
@@ -263,17 +245,17 @@ class TaskLifecycle:
         obj = event.obj
         mine = self.pod.uid
         if event.type is EventType.DELETED:
-            self._written.pop(_uid(obj), None)
+            self._written.pop(run_uid(obj), None)
         if (
-            _assigned_uid(obj) == mine
-            or _assigned_uid(event.old) == mine
-            or _uid(obj) in self._local
+            assigned_pod_uid(obj) == mine
+            or assigned_pod_uid(event.old) == mine
+            or run_uid(obj) in self._local
         ):
-            self.queue.add(_key(obj))
+            self.queue.add(queue_key(obj))
         elif event.type is EventType.DELETED and any(
-            local.key == _key(obj) for local in self._local.values()
+            local.key == queue_key(obj) for local in self._local.values()
         ):
-            self.queue.add(_key(obj))
+            self.queue.add(queue_key(obj))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the reconcile workers, the RLEG and the sweeper; never returns unless cancelled.
@@ -335,11 +317,11 @@ class TaskLifecycle:
         """
         namespace, _, name = key.partition("/")
         obj = self._current(self._cache.get(namespace, name))
-        current_uid = _uid(obj) if obj is not None else ""
+        current_uid = run_uid(obj) if obj is not None else ""
         wake: list[float] = []
         owned = (
             obj is not None
-            and _assigned_uid(obj) == self.pod.uid
+            and assigned_pod_uid(obj) == self.pod.uid
             and not (obj.get("metadata") or {}).get("deletionTimestamp")
         )
         for local in [lr for lr in self._local.values() if lr.key == key]:
@@ -371,13 +353,13 @@ class TaskLifecycle:
         """
         if cached is None:
             return None
-        written = self._written.get(_uid(cached))
+        written = self._written.get(run_uid(cached))
         if written is None:
             return cached
         stale, latest = written
-        if _rv(cached) in stale:
+        if resource_version(cached) in stale:
             return latest
-        del self._written[_uid(cached)]
+        del self._written[run_uid(cached)]
         return cached
 
     async def _drive(self, obj: Obj, run: Run) -> Requeue | None:
@@ -496,13 +478,13 @@ class TaskLifecycle:
         try:
             written = await self._writer.write_status(obj, status)
         except Conflict:
-            log.debug("Run %s changed since read; waiting for the cache", _key(obj))
+            log.debug("Run %s changed since read; waiting for the cache", queue_key(obj))
             return None
         except NotFound:
             return None
-        uid = _uid(obj)
+        uid = run_uid(obj)
         stale = self._written[uid][0] if uid in self._written else set()
-        stale.add(_rv(obj))
+        stale.add(resource_version(obj))
         self._written[uid] = (stale, written)
         return written
 
@@ -740,7 +722,7 @@ class TaskLifecycle:
         if local is not None and local.active:
             return True
         obj = self._cache.by_uid(uid)
-        if obj is None or _assigned_uid(obj) != self.pod.uid:
+        if obj is None or assigned_pod_uid(obj) != self.pod.uid:
             return False
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             return False
@@ -749,7 +731,7 @@ class TaskLifecycle:
         except ApiError:
             return False
         if is_active(phase):
-            self.queue.add(_key(obj))  # restart: let its reconcile rebuild the local view
+            self.queue.add(queue_key(obj))  # restart: let its reconcile rebuild the local view
             return True
         return False
 

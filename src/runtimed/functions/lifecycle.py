@@ -80,6 +80,7 @@ from runtimed.functions.metrics import FunctionMetrics
 from runtimed.functions.registry import EntryState, FunctionRegistry
 from runtimed.functions.settings import FunctionSettings
 from runtimed.identity import PodIdentity
+from runtimed.run_fields import assigned_pod_uid, queue_key, resource_version, run_uid
 from runtimed.server_channel import ServerUnavailable
 from runtimed.sources import PreparationError, Workspace
 from runtimed.tasks import RunCache, StatusWriter
@@ -101,25 +102,6 @@ _ENDED: Final = {
     CleanupKind.IDLE: "IdleTimeout",
     CleanupKind.LIFETIME: "LifetimeExceeded",
 }
-
-
-def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
-
-
-def _rv(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _key(obj: Obj) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _assigned_uid(obj: Obj | None) -> str:
-    if obj is None:
-        return ""
-    return str((obj.get("status") or {}).get("assignedPodUID") or "")
 
 
 class _Unreachable(Exception):
@@ -246,23 +228,23 @@ class FunctionLifecycle:
 
     def wants(self, obj: Obj | None) -> bool:
         """True for a function Run assigned to this Pod (the dispatch test of the daemon)."""
-        return obj is not None and is_function_run(obj) and _assigned_uid(obj) == self.pod.uid
+        return obj is not None and is_function_run(obj) and assigned_pod_uid(obj) == self.pod.uid
 
     def on_run_event(self, event: InformerEvent) -> None:
         """Informer handler: enqueue function Runs assigned here or holding local state here."""
         obj = event.obj
         if event.type is EventType.DELETED:
-            self._written.pop(_uid(obj), None)
+            self._written.pop(run_uid(obj), None)
         if not is_function_run(obj):
             return
         mine = self.pod.uid
         if (
-            _assigned_uid(obj) == mine
-            or _assigned_uid(event.old) == mine
-            or _uid(obj) in self._local
-            or any(local.key == _key(obj) for local in self._local.values())
+            assigned_pod_uid(obj) == mine
+            or assigned_pod_uid(event.old) == mine
+            or run_uid(obj) in self._local
+            or any(local.key == queue_key(obj) for local in self._local.values())
         ):
-            self.queue.add(_key(obj))
+            self.queue.add(queue_key(obj))
 
     def adopt(self, objs: Iterable[Obj]) -> int:
         """Enqueue every function Run of ``objs`` assigned to this Pod (start-up re-adoption).
@@ -273,7 +255,7 @@ class FunctionLifecycle:
         count = 0
         for obj in objs:
             if self.wants(obj):
-                self.queue.add(_key(obj))
+                self.queue.add(queue_key(obj))
                 count += 1
         return count
 
@@ -302,7 +284,7 @@ class FunctionLifecycle:
         """
         namespace, _, name = key.partition("/")
         obj = self._current(self._cache.get(namespace, name))
-        current_uid = _uid(obj) if obj is not None else ""
+        current_uid = run_uid(obj) if obj is not None else ""
         wake: list[float] = []
         for local in [lr for lr in self._local.values() if lr.key == key]:
             if local.uid != current_uid:  # gone, or the name now belongs to a new Run
@@ -336,7 +318,7 @@ class FunctionLifecycle:
             run = Run.from_dict(obj)
             endpoint = self.settings.endpoint(run)
         except ApiError as exc:
-            log.warning("Run %s cannot be read: %s", _key(obj), exc)
+            log.warning("Run %s cannot be read: %s", queue_key(obj), exc)
             return None
         for _ in range(MAX_STEPS):
             local = self._local.get(run.metadata.uid)
@@ -358,19 +340,19 @@ class FunctionLifecycle:
         """The cached Run, or the object our own last write returned while the cache lags it."""
         if cached is None:
             return None
-        written = self._written.get(_uid(cached))
+        written = self._written.get(run_uid(cached))
         if written is None:
             return cached
         stale, latest = written
-        if _rv(cached) in stale:
+        if resource_version(cached) in stale:
             return latest
-        del self._written[_uid(cached)]
+        del self._written[run_uid(cached)]
         return cached
 
     def _remember(self, before: Obj, after: Obj) -> None:
-        uid = _uid(before)
+        uid = run_uid(before)
         stale = self._written[uid][0] if uid in self._written else set()
-        stale.add(_rv(before))
+        stale.add(resource_version(before))
         self._written[uid] = (stale, after)
 
     def _local_for(self, run: Run) -> _Local:
@@ -432,13 +414,13 @@ class FunctionLifecycle:
         try:
             written = await self._writer.write_status(obj, status)
         except Conflict:
-            log.debug("Run %s changed since read; waiting for the cache", _key(obj))
+            log.debug("Run %s changed since read; waiting for the cache", queue_key(obj))
             return None
         except NotFound:
             return None
         self.stats.status_writes += 1
         self._remember(obj, written)
-        log.debug("Run %s: %s", _key(obj), what)
+        log.debug("Run %s: %s", queue_key(obj), what)
         return Requeue(0.0)
 
     async def _edit_finalizer(self, obj: Obj, *, add: bool) -> Requeue | None:
@@ -451,7 +433,7 @@ class FunctionLifecycle:
             return None
         except NotFound:
             return None
-        if _rv(written) != _rv(obj):
+        if resource_version(written) != resource_version(obj):
             self._remember(obj, written)
         return Requeue(0.0)
 
