@@ -85,6 +85,22 @@ def test_assumption_dropped_on_delete_and_forget() -> None:
     assumed.assume(run, "uid-p-a")
     assumed.observe(run.metadata.uid, None)
     assert assumed.get(run.metadata.uid) is None
-    assumed.assume(run, "uid-p-a")
-    assumed.forget(run.metadata.uid)
+    assumption = assumed.assume(run, "uid-p-a")
+    assumed.forget(run.metadata.uid, assumption)
+    assert len(assumed) == 0
+
+
+def test_failed_stale_bind_keeps_the_newer_bind_assumed() -> None:
+    """A bind from rv 5 fails after a bind from rv 6 was sent: the rv 6 bind still counts."""
+    stale = make_run("a", rv="5")
+    assumed = AssumedBinds()
+    first = assumed.assume(stale, "uid-p-a")
+    newer = make_run("a", rv="6")  # someone else wrote the Pending Run; the informer moved on
+    assumed.observe(newer.metadata.uid, "6")
+    assert assumed.get(newer.metadata.uid) is None
+    second = assumed.assume(newer, "uid-p-b")
+    assumed.forget(stale.metadata.uid, first)  # the rv 5 bind answers 409
+    assert assumed.get(newer.metadata.uid) is second
+    assert usage_by_pod([newer], assumed) == {"uid-p-b": {"runs": 1}}
+    assumed.forget(newer.metadata.uid, second)
     assert len(assumed) == 0

@@ -69,18 +69,23 @@ class AssumedBinds:
         """Number of binds still assumed."""
         return len(self._by_run)
 
-    def assume(self, run: Run, pod_uid: str) -> None:
+    def assume(self, run: Run, pod_uid: str) -> Assumption:
         """Record that ``run`` (as read from the cache) was just bound to ``pod_uid``.
 
         Args:
             run: the Run as the scheduler read it before binding.
             pod_uid: the Pod's UID.
+
+        Returns:
+            The assumption; pass it to :meth:`forget` if this bind fails.
         """
-        self._by_run[run.metadata.uid] = Assumption(
+        assumption = Assumption(
             pod_uid=pod_uid,
             requests=run.spec.effective_requests,
             cached_resource_version=run.metadata.resource_version,
         )
+        self._by_run[run.metadata.uid] = assumption
+        return assumption
 
     def observe(self, run_uid: str, resource_version: str | None) -> None:
         """Tell the cache what the informer now holds for a Run.
@@ -96,9 +101,19 @@ class AssumedBinds:
         if resource_version is None or resource_version != assumption.cached_resource_version:
             del self._by_run[run_uid]
 
-    def forget(self, run_uid: str) -> None:
-        """Drop an assumption (e.g. the bind turned out not to have happened)."""
-        self._by_run.pop(run_uid, None)
+    def forget(self, run_uid: str, assumption: Assumption) -> None:
+        """Drop ``assumption`` because its bind did not happen.
+
+        Only that assumption is dropped: when a stale bind fails after the informer moved on,
+        a newer bind of the same Run may be in flight, and its assumption must keep counting
+        until the informer delivers it (otherwise a burst overfills the Pod).
+
+        Args:
+            run_uid: the Run's UID.
+            assumption: what :meth:`assume` returned for the failed bind.
+        """
+        if self._by_run.get(run_uid) is assumption:
+            del self._by_run[run_uid]
 
     def get(self, run_uid: str) -> Assumption | None:
         """The assumption for a Run, if any."""

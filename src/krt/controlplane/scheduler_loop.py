@@ -34,7 +34,7 @@ from krt.api.phases import Phase
 from krt.api.resources import add
 from krt.api.run import Run
 from krt.controlplane.caches import Caches, runtime_key
-from krt.controlplane.capacity import AssumedBinds, capacity_holder, usage_by_pod
+from krt.controlplane.capacity import AssumedBinds, Assumption, capacity_holder, usage_by_pod
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.controlplane.scheduling import (
@@ -243,14 +243,14 @@ class Scheduler:
             return Requeue(after=decision.delay_seconds)
         assert self._binds is not None, "reconcile runs only inside Scheduler.run"
         if isinstance(decision, Bind):
-            self.assumed.assume(run, decision.pod.uid)
+            assumption = self.assumed.assume(run, decision.pod.uid)
             usage[decision.pod.uid] = add(
                 usage.get(decision.pod.uid, {}), run.spec.effective_requests
             )
             # read now: the informer may deliver the bind (and drop the key) before the
             # bind's own response returns
             since = self._pending_since.get(key)
-            self._binds.start_soon(self._bind, key, obj, run, decision, since)
+            self._binds.start_soon(self._bind, key, obj, run, decision, assumption, since)
             return None
         if isinstance(decision, Cancel):
             self._pending_since.pop(key, None)
@@ -297,15 +297,22 @@ class Scheduler:
         kind, reason, message = event
         self._recorder.emit(obj, type_=kind, reason=reason, message=message)
 
-    def _drop_assumption(self, key: RunKey, run: Run) -> None:
-        self.assumed.forget(run.metadata.uid)
+    def _drop_assumption(self, key: RunKey, run: Run, assumption: Assumption) -> None:
+        self.assumed.forget(run.metadata.uid, assumption)
         self._usage.pop(runtime_key(key[0], run.spec.runtime), None)
 
     async def _bind(
-        self, key: RunKey, obj: Obj, run: Run, decision: Bind, since: float | None
+        self,
+        key: RunKey,
+        obj: Obj,
+        run: Run,
+        decision: Bind,
+        assumption: Assumption,
+        since: float | None,
     ) -> None:
         """Send one bind; on 409 re-read the Run and schedule it again from the fresh copy.
 
+        ``assumption`` is this bind's entry in the assumed cache (dropped if the bind fails);
         ``since`` is the trio time the Run was first queued as Pending (bind latency).
         """
         async with self._bind_limit:
@@ -315,7 +322,7 @@ class Scheduler:
                 )
             except Conflict:
                 self._metrics.bind_conflicts.inc()
-                self._drop_assumption(key, run)
+                self._drop_assumption(key, run, assumption)
                 try:
                     fresh = await self._kube.get(RUNS, key[1], key[0])
                 except NotFound:
@@ -329,10 +336,10 @@ class Scheduler:
                 self._enqueue(key)
                 return
             except NotFound:
-                self._drop_assumption(key, run)
+                self._drop_assumption(key, run, assumption)
                 return
             except KubeError as exc:
-                self._drop_assumption(key, run)
+                self._drop_assumption(key, run, assumption)
                 log.warning("bind of %s/%s failed: %s", *key, exc)
                 self.queue.add_after(key, 0.5)
                 return
