@@ -70,12 +70,24 @@ def _escape(value: Any, schema: dict[str, Any]) -> Any:
     return value
 
 
+def _with_int_or_string_types(schema: Any) -> Any:
+    """A copy where ``x-kubernetes-int-or-string`` nodes get ``type: [integer, string]``."""
+    if isinstance(schema, list):
+        return [_with_int_or_string_types(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    copy = {key: _with_int_or_string_types(value) for key, value in schema.items()}
+    if copy.get("x-kubernetes-int-or-string") is True and "type" not in copy:
+        copy["type"] = ["integer", "string"]
+    return copy
+
+
 class Admission:
     """Validate objects against one CRD schema (see the module docstring)."""
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.schema = schema
-        self.json = jsonschema.Draft7Validator(schema)
+        self.json = jsonschema.Draft7Validator(_with_int_or_string_types(schema))
 
     def errors(self, obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
         """All error messages for a create (``old`` None) or an update."""

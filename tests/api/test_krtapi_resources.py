@@ -68,7 +68,9 @@ def test_greedy_placement_never_exceeds_capacity(requests: list[int], capacity_r
     assert total_usage(placed).get("runs", 0) <= capacity_runs
 
 
-@pytest.mark.parametrize("value", [True, 1.5, "2", "1k", None, -1, 2**31])
+@pytest.mark.parametrize(
+    "value", [True, 1.5, "1k", "500m", "-1", " 2", "2.0", "", "99999999999", None, -1, 2**31]
+)
 def test_bad_quantities(value: object) -> None:
     with pytest.raises(ResourceError) as caught:
         parse_quantity(value, field="spec.resources.requests.runs")
@@ -88,5 +90,12 @@ def test_parse_resources() -> None:
     with pytest.raises(ResourceError, match="exceed the limit of 16"):
         parse_resources({f"r{i}": 1 for i in range(17)}, field="f")
     with pytest.raises(ResourceError) as caught:
-        parse_resources({"runs": "2"}, field="spec.capacity.resources")
+        parse_resources({"runs": "2k"}, field="spec.capacity.resources")
     assert caught.value.field == "spec.capacity.resources.runs"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("2", 2), ("0", 0), ("0007", 7), (3, 3)])
+def test_seed_style_string_quantities(value: object, expected: int) -> None:
+    """Seed 000/001 write ``runs: "2"``: decimal strings are the same quantity as the number."""
+    assert parse_quantity(value, field="f") == expected
+    assert parse_resources({"runs": value}, field="f") == {"runs": expected}

@@ -134,7 +134,9 @@ def test_parse_errors_name_the_field(obj: dict[str, Any], field: str) -> None:
 
 def test_bad_requests_raise_resource_error() -> None:
     with pytest.raises(ResourceError):
-        Run.from_dict(with_changes(task_run(), spec__resources__requests={"runs": "1"}))
+        Run.from_dict(with_changes(task_run(), spec__resources__requests={"runs": "1k"}))
+    run = Run.from_dict(with_changes(task_run(), spec__resources__requests={"runs": "2"}))
+    assert run.spec.effective_requests == {"runs": 2}
 
 
 def test_runtime_round_trip_and_defaults() -> None:

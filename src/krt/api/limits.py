@@ -59,6 +59,9 @@ RESOURCE_NAME_PATTERN: Final = (
 MAX_RESOURCE_NAME_CHARS: Final = 253
 #: Largest logical quantity accepted (fits int64 everywhere, including CEL).
 MAX_RESOURCE_QUANTITY: Final = 2**31 - 1
+#: A logical quantity written as a string (the seeds' ``runs: "2"``): plain decimal digits, at
+#: most 10 (enough for :data:`MAX_RESOURCE_QUANTITY`), no sign, suffix or fraction.
+RESOURCE_QUANTITY_STRING_PATTERN: Final = "^[0-9]{1,10}$"
 
 # --- status ----------------------------------------------------------------------------------
 #: ``status.message`` and condition messages: a short summary, e.g. a failure's stderr tail.

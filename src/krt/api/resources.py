@@ -7,10 +7,10 @@ otherwise (a capacity map without ``runs`` still gets ``runs: 2``: every Run req
 A Pod's usage is the sum of the requests of the Runs that hold capacity on it (see
 :func:`krt.api.phases.holds_capacity`); :func:`fits` decides whether one more Run fits.
 
-Quantities are non-negative JSON integers. The seeds write ``runs: "2"`` (a Go
-``resource.Quantity``); here the CRD and the parser both require ``runs: 2``, because a
-logical resource has no units or suffixes (``1k``, ``500m``) and an int-or-string field cannot
-be bounded in a structural schema; the error says so.
+Quantities are non-negative integers, written as JSON numbers (``runs: 2``) or, as the seeds
+write them (a Go ``resource.Quantity``), decimal strings (``runs: "2"``); the CRD declares them
+int-or-string. A logical resource has no units, so suffixes and fractions (``1k``, ``500m``)
+are rejected, by the CRD and by :func:`parse_quantity` alike, with a message saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from krt.api.limits import (
     MAX_RESOURCE_NAME_CHARS,
     MAX_RESOURCE_QUANTITY,
     RESOURCE_NAME_PATTERN,
+    RESOURCE_QUANTITY_STRING_PATTERN,
 )
 
 ResourceList: TypeAlias = Mapping[str, int]
@@ -36,25 +37,31 @@ DEFAULT_RUN_REQUESTS: Final[ResourceList] = MappingProxyType({RUNS: 1})
 DEFAULT_RUNTIME_CAPACITY: Final[ResourceList] = MappingProxyType({RUNS: 2})
 
 _NAME: Final = re.compile(RESOURCE_NAME_PATTERN)
+_QUANTITY_STRING: Final = re.compile(RESOURCE_QUANTITY_STRING_PATTERN)
 
 
 def parse_quantity(value: object, *, field: str) -> int:
     """Parse one logical quantity.
 
     Args:
-        value: a JSON integer.
+        value: a JSON integer, or a string of decimal digits (``"2"``).
         field: dotted path for the error message.
 
     Returns:
         The quantity.
 
     Raises:
-        ResourceError: not an integer (booleans, floats and strings such as ``"2"`` or
-            ``"500m"`` are rejected, as the CRD does) or outside
+        ResourceError: not an integer (booleans, floats and strings such as ``"500m"``,
+            ``"1k"`` or ``"-1"`` are rejected, as the CRD does) or outside
             ``0..``:data:`~krt.api.limits.MAX_RESOURCE_QUANTITY`.
     """
+    if isinstance(value, str) and _QUANTITY_STRING.fullmatch(value):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ResourceError(field, f"must be an integer, got {value!r}")
+        raise ResourceError(
+            field,
+            f'must be an integer such as 2 or "2" (no suffixes or fractions), got {value!r}',
+        )
     if value < 0 or value > MAX_RESOURCE_QUANTITY:
         raise ResourceError(field, f"must be between 0 and {MAX_RESOURCE_QUANTITY}, got {value}")
     return value

@@ -119,10 +119,20 @@ def _resources(field: str, description: str, *, runs_minimum: int) -> Schema:
         "description": description,
         "maxProperties": limits.MAX_RESOURCE_KINDS,
         "additionalProperties": {
-            "type": "integer",
-            "format": "int64",
+            "x-kubernetes-int-or-string": True,
             "minimum": 0,
             "maximum": limits.MAX_RESOURCE_QUANTITY,
+            "pattern": limits.RESOURCE_QUANTITY_STRING_PATTERN,
+            "x-kubernetes-validations": [
+                rule(
+                    f"type(self) == int || "
+                    f"(self.matches({_cel_str(limits.RESOURCE_QUANTITY_STRING_PATTERN)}) && "
+                    f"int(self) <= {limits.MAX_RESOURCE_QUANTITY})",
+                    f"{field} quantities must be integers between 0 and "
+                    f"{limits.MAX_RESOURCE_QUANTITY}, as a number (2) or a decimal string "
+                    '("2"); suffixes such as "500m" or "1k" are not allowed',
+                ),
+            ],
         },
         "x-kubernetes-validations": [
             rule(
@@ -133,9 +143,11 @@ def _resources(field: str, description: str, *, runs_minimum: int) -> Schema:
         ],
     }
     if runs_minimum > 0:
+        pattern = _cel_str(limits.RESOURCE_QUANTITY_STRING_PATTERN)
         schema["x-kubernetes-validations"].append(
             rule(
-                f"!has(self.runs) || self.runs >= {runs_minimum}",
+                f"!has(self.runs) || (type(self.runs) == int ? self.runs >= {runs_minimum} : "
+                f"(self.runs.matches({pattern}) && int(self.runs) >= {runs_minimum}))",
                 f"{field}.runs must be at least {runs_minimum}",
             )
         )

@@ -17,6 +17,7 @@ import trio
 
 from krt import logs
 from krt.controlplane.app import ControlPlaneConfig, default_identity, serve_controlplane
+from krt.controlplane.runtime_resources import RuntimedWiring
 from krt.kube.client import DEFAULT_SERVICEACCOUNT_DIR, connect
 
 #: Libraries that log every request at INFO (httpx: one line per API call) or raw frames at
@@ -113,6 +114,25 @@ async def _main(kubeconfig: Path | None, context: str | None, config: ControlPla
 )
 @click.option("--resync-seconds", type=click.FloatRange(min=1.0), default=30.0, show_default=True)
 @click.option(
+    "--gateway-url",
+    default="",
+    help="Base URL of the shared gateway that Runtime Pods' runtimed publish in "
+    "status.endpoint.url (RUNTIMED_GATEWAY_URL). Empty: runtimed's default, "
+    "https://runtime-gateway.kruntimes-system.svc.cluster.local.",
+)
+@click.option(
+    "--gateway-ca-configmap",
+    default="",
+    help="ConfigMap (key ca.crt) in each Runtime's namespace with the gateway CA, published "
+    "as status.endpoint.caBundle; mounted optional. Empty: no caBundle.",
+)
+@click.option(
+    "--peer-tls-secret",
+    default="",
+    help="Secret (tls.crt, tls.key, ca.crt) in each Runtime's namespace for runtimed's "
+    "mutual TLS (gateway and peer hops); mounted optional. Empty: plaintext, no peer hops.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
     default="INFO",
@@ -128,10 +148,21 @@ def main(
     identity: str | None,
     metrics_addr: str,
     resync_seconds: float,
+    gateway_url: str,
+    gateway_ca_configmap: str,
+    peer_tls_secret: str,
     log_level: str,
 ) -> None:
     """Run the kruntimes control plane: Runtime controller, scheduler, reaper and Run GC."""
     listen = parse_listen_address(metrics_addr)
+    try:
+        wiring = RuntimedWiring(
+            gateway_url=gateway_url or None,
+            gateway_ca_configmap=gateway_ca_configmap or None,
+            peer_tls_secret=peer_tls_secret or None,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     configure_logging(log_level)
     config = ControlPlaneConfig(
         namespaces=namespaces or None,
@@ -142,6 +173,7 @@ def main(
         metrics_host=listen[0] if listen else "127.0.0.1",
         metrics_port=listen[1] if listen else None,
         resync_seconds=resync_seconds,
+        runtimed=wiring,
     )
     trio.run(_main, kubeconfig, context, config)
 

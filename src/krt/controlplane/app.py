@@ -35,6 +35,7 @@ from krt.controlplane.gc_loop import CompletedRunGC
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.reaper_loop import Reaper
 from krt.controlplane.runtime_controller import RuntimeController
+from krt.controlplane.runtime_resources import RuntimedWiring
 from krt.controlplane.scheduler_loop import Scheduler
 from krt.kube.client import Kube
 from krt.kube.clock import Clock, SystemClock
@@ -71,6 +72,8 @@ class ControlPlaneConfig:
         metrics_host, metrics_port: where ``/metrics`` listens; ``metrics_port=None``
             disables it (0 picks a free port).
         resync_seconds: fallback re-check period of every Run and Runtime, seconds.
+        runtimed: the gateway URL, gateway CA ConfigMap and peer TLS Secret every Runtime
+            Pod's runtimed gets (seed 000, Runtime Gateway); part of the Pods' desired hash.
         clock: the wall clock (heartbeat freshness, timestamps, GC deadlines).
     """
 
@@ -85,6 +88,7 @@ class ControlPlaneConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     resync_seconds: float = 30.0
+    runtimed: RuntimedWiring = field(default_factory=RuntimedWiring)
     clock: Clock = field(default_factory=SystemClock)
 
 
@@ -136,7 +140,9 @@ async def serve_controlplane(
     recorder = EventRecorder(kube, COMPONENT, capacity=EVENT_BUFFER, clock=config.clock)
     plane = ControlPlane(
         caches=caches,
-        runtime_controller=RuntimeController(kube, caches, metrics=metrics, recorder=recorder),
+        runtime_controller=RuntimeController(
+            kube, caches, metrics=metrics, recorder=recorder, wiring=config.runtimed
+        ),
         scheduler=Scheduler(kube, caches, metrics=metrics, recorder=recorder),
         reaper=Reaper(kube, caches, metrics=metrics, recorder=recorder),
         gc=CompletedRunGC(kube, caches, metrics=metrics),

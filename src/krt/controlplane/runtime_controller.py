@@ -28,7 +28,12 @@ from krt.api.patches import apply_merge_patch
 from krt.controlplane.caches import Caches, InformerSet
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
-from krt.controlplane.runtime_resources import desired_objects, merge_for_update, needs_update
+from krt.controlplane.runtime_resources import (
+    RuntimedWiring,
+    desired_objects,
+    merge_for_update,
+    needs_update,
+)
 from krt.controlplane.runtime_status import runtime_status_patch
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
@@ -59,6 +64,8 @@ class RuntimeController:
         caches: the shared informers (handlers are registered here).
         metrics: queue depth is reported.
         recorder: ``InvalidTemplate`` and ``Created``/``Updated`` Events.
+        wiring: the installation's gateway URL, gateway CA ConfigMap and peer TLS Secret
+            given to every runtimed sidecar (``None``: none of them).
     """
 
     def __init__(
@@ -68,8 +75,10 @@ class RuntimeController:
         *,
         metrics: ControlPlaneMetrics,
         recorder: EventSink,
+        wiring: RuntimedWiring | None = None,
     ) -> None:
         self._kube = kube
+        self._wiring = wiring or RuntimedWiring()
         self._caches = caches
         self._recorder = recorder
         self.queue: WorkQueue[RuntimeKey] = WorkQueue("runtimes")
@@ -113,7 +122,7 @@ class RuntimeController:
         if obj is None or runtime is None or runtime.metadata.is_deleting:
             return None
         try:
-            desired = desired_objects(runtime)
+            desired = desired_objects(runtime, self._wiring)
         except ValueError as exc:
             self._recorder.emit(obj, type_="Warning", reason="InvalidTemplate", message=str(exc))
             log.warning("Runtime %s/%s: %s", namespace, name, exc)

@@ -13,6 +13,14 @@ namespace and owned by it (garbage-collected with it):
   gRPC port, named by :func:`~krt.api.naming.runtime_service_name`;
 * a ServiceAccount, Role and RoleBinding with the least permissions runtimed needs.
 
+The installation's dataplane settings (:class:`RuntimedWiring`, the control plane's
+``--gateway-url``, ``--gateway-ca-configmap`` and ``--peer-tls-secret``) reach every runtimed
+sidecar as ``RUNTIMED_GATEWAY_URL``, ``RUNTIMED_GATEWAY_CA_FILE`` and
+``RUNTIMED_PEER_TLS_DIR``, the last two backed by read-only ``optional: true`` ConfigMap and
+Secret volumes from the Runtime's namespace (seed 000, Run Status API ``caBundle`` and
+Runtime Gateway "Peer connections use mTLS"). They are part of the Pod template, so changing
+one changes the Deployment's desired hash and rolls the Pods.
+
 Each object carries :data:`~krt.api.naming.DESIRED_HASH_ANNOTATION`, a hash of the
 desired form; the reconciler replaces an object whose hash differs (or whose replica count
 drifted) and recreates a missing one.
@@ -23,8 +31,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from krt.api.constants import (
     API_VERSION,
@@ -35,6 +45,9 @@ from krt.api.constants import (
     RUNTIME_LABEL,
     RUNTIMED_READY_POD_CONDITION,
 )
+from krt.api.endpoint import function_endpoint_url
+from krt.api.errors import EndpointPathError
+from krt.api.limits import DNS_SUBDOMAIN_MAX_CHARS, DNS_SUBDOMAIN_PATTERN
 from krt.api.naming import (
     DEFAULT_DAEMON_IMAGE,
     DESIRED_HASH_ANNOTATION,
@@ -76,6 +89,65 @@ RUNTIMED_RULES: tuple[dict[str, Any], ...] = (
     },
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
 )
+
+
+#: Volume names and mount paths of the installation's material in runtimed (reserved: a
+#: Runtime template may not declare volumes of these names).
+GATEWAY_CA_VOLUME: Final = "kruntimes-gateway-ca"
+GATEWAY_CA_MOUNT_PATH: Final = "/etc/kruntimes/gateway-ca"
+#: The key of the gateway CA ConfigMap runtimed reads (``status.endpoint.caBundle``).
+GATEWAY_CA_KEY: Final = "ca.crt"
+PEER_TLS_VOLUME: Final = "kruntimes-peer-tls"
+PEER_TLS_MOUNT_PATH: Final = "/etc/kruntimes/peer-tls"
+
+_SUBDOMAIN: Final = re.compile(DNS_SUBDOMAIN_PATTERN)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimedWiring:
+    """What the installation tells every runtimed sidecar (seed 000, Runtime Gateway).
+
+    Every field is optional; an unset one adds nothing to the Pod template, so runtimed
+    keeps its own default (the in-cluster gateway URL, no ``caBundle``, no peer TLS).
+
+    Attributes:
+        gateway_url: absolute http(s) base URL of the shared gateway, without query or
+            fragment, published in ``status.endpoint.url`` (``RUNTIMED_GATEWAY_URL``).
+        gateway_ca_configmap: name of a ConfigMap in each Runtime's namespace whose key
+            ``ca.crt`` holds the gateway CA (PEM), published as ``status.endpoint.caBundle``
+            (mounted at :data:`GATEWAY_CA_MOUNT_PATH`, ``RUNTIMED_GATEWAY_CA_FILE``).
+        peer_tls_secret: name of a Secret in each Runtime's namespace with ``tls.crt``,
+            ``tls.key`` and ``ca.crt`` for peer mTLS (mounted at
+            :data:`PEER_TLS_MOUNT_PATH`, ``RUNTIMED_PEER_TLS_DIR``).
+
+    Raises:
+        ValueError: ``gateway_url`` is not an absolute http(s) URL, or a name is not a DNS
+            subdomain of at most 253 characters (the message names the setting).
+    """
+
+    gateway_url: str | None = None
+    gateway_ca_configmap: str | None = None
+    peer_tls_secret: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gateway_url is not None:
+            try:
+                function_endpoint_url(
+                    self.gateway_url, "ns", "runtime", "00000000-0000-0000-0000-000000000000"
+                )
+            except EndpointPathError as exc:
+                raise ValueError(f"gateway URL: {exc}") from None
+        for setting, value in (
+            ("gateway CA ConfigMap", self.gateway_ca_configmap),
+            ("peer TLS Secret", self.peer_tls_secret),
+        ):
+            if value is not None and (
+                len(value) > DNS_SUBDOMAIN_MAX_CHARS or not _SUBDOMAIN.match(value)
+            ):
+                raise ValueError(
+                    f"{setting} name {value!r} is not a DNS subdomain (lower-case "
+                    f"alphanumerics, '-' and '.', at most {DNS_SUBDOMAIN_MAX_CHARS} characters)"
+                )
 
 
 def desired_hash(obj: Mapping[str, Any]) -> str:
@@ -127,7 +199,7 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def runtimed_container(runtime: Runtime) -> dict[str, Any]:
+def runtimed_container(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict[str, Any]:
     """The injected runtimed sidecar container.
 
     Environment: ``POD_NAME``, ``POD_NAMESPACE``, ``POD_UID``, ``POD_IP`` (downward API),
@@ -135,7 +207,27 @@ def runtimed_container(runtime: Runtime) -> dict[str, Any]:
     Server listens on the Pod's address, which is also loopback-reachable on Kubernetes),
     ``RUNTIMED_PORT`` (gRPC), ``RUNTIMED_HTTP_PORT`` (``/healthz``, ``/metrics``) and
     ``WORKSPACE_DIR``. Ports ``grpc`` (the Service's target) and ``metrics`` are declared.
+    With ``wiring``: ``RUNTIMED_GATEWAY_URL``, and ``RUNTIMED_GATEWAY_CA_FILE`` /
+    ``RUNTIMED_PEER_TLS_DIR`` with their read-only mounts (see :func:`wiring_volumes`).
     """
+    wiring = wiring or RuntimedWiring()
+    env: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if wiring.gateway_url is not None:
+        env.append({"name": "RUNTIMED_GATEWAY_URL", "value": wiring.gateway_url})
+    if wiring.gateway_ca_configmap is not None:
+        env.append(
+            {
+                "name": "RUNTIMED_GATEWAY_CA_FILE",
+                "value": f"{GATEWAY_CA_MOUNT_PATH}/{GATEWAY_CA_KEY}",
+            }
+        )
+        mounts.append(
+            {"name": GATEWAY_CA_VOLUME, "mountPath": GATEWAY_CA_MOUNT_PATH, "readOnly": True}
+        )
+    if wiring.peer_tls_secret is not None:
+        env.append({"name": "RUNTIMED_PEER_TLS_DIR", "value": PEER_TLS_MOUNT_PATH})
+        mounts.append({"name": PEER_TLS_VOLUME, "mountPath": PEER_TLS_MOUNT_PATH, "readOnly": True})
     return {
         "name": RUNTIMED_CONTAINER_NAME,
         "image": runtime.spec.daemon_image or DEFAULT_DAEMON_IMAGE,
@@ -161,17 +253,66 @@ def runtimed_container(runtime: Runtime) -> dict[str, Any]:
             {"name": "RUNTIMED_PORT", "value": str(RUNTIMED_GRPC_PORT)},
             {"name": "RUNTIMED_HTTP_PORT", "value": str(RUNTIMED_HTTP_PORT)},
             {"name": "WORKSPACE_DIR", "value": WORKSPACE_MOUNT_PATH},
+            *env,
         ],
-        "volumeMounts": [{"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH}],
+        "volumeMounts": [
+            {"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH},
+            *mounts,
+        ],
     }
 
 
-def pod_template(runtime: Runtime) -> dict[str, Any]:
+def wiring_volumes(wiring: RuntimedWiring | None) -> list[dict[str, Any]]:
+    """The Pod volumes behind runtimed's gateway CA and peer TLS mounts.
+
+    Both are ``optional: true``: a Pod whose namespace lacks the ConfigMap or Secret still
+    starts (runtimed then warns and runs without ``caBundle`` / peer TLS) instead of hanging
+    in ``ContainerCreating``. Only the ``ca.crt`` key of the ConfigMap is projected; the
+    Secret's files are readable by the owner and group only (0440).
+    """
+    wiring = wiring or RuntimedWiring()
+    volumes: list[dict[str, Any]] = []
+    if wiring.gateway_ca_configmap is not None:
+        volumes.append(
+            {
+                "name": GATEWAY_CA_VOLUME,
+                "configMap": {
+                    "name": wiring.gateway_ca_configmap,
+                    "items": [{"key": GATEWAY_CA_KEY, "path": GATEWAY_CA_KEY}],
+                    "optional": True,
+                },
+            }
+        )
+    if wiring.peer_tls_secret is not None:
+        volumes.append(
+            {
+                "name": PEER_TLS_VOLUME,
+                "secret": {
+                    "secretName": wiring.peer_tls_secret,
+                    "defaultMode": 0o440,
+                    "optional": True,
+                },
+            }
+        )
+    return volumes
+
+
+#: Volume names a Runtime template may not use (kruntimes declares them in every Pod).
+RESERVED_VOLUMES: Final = frozenset({GATEWAY_CA_VOLUME, PEER_TLS_VOLUME})
+
+
+def pod_template(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict[str, Any]:
     """The Deployment's Pod template: ``spec.template`` with kruntimes' additions.
 
+    Args:
+        runtime: the Runtime.
+        wiring: the installation's gateway and peer TLS settings for runtimed (``None``:
+            none).
+
     Raises:
-        ValueError: the template has no containers, or already has a container named
-            ``runtimed`` (the name of the injected sidecar).
+        ValueError: the template has no containers, already has a container named
+            ``runtimed`` (the name of the injected sidecar), or declares a volume named
+            ``kruntimes-gateway-ca`` or ``kruntimes-peer-tls`` (reserved).
     """
     template = copy.deepcopy(dict(runtime.spec.template))
     meta = template.setdefault("metadata", {})
@@ -196,9 +337,19 @@ def pod_template(runtime: Runtime) -> dict[str, Any]:
         if not any(m.get("name") == WORKSPACE_VOLUME_NAME for m in mounts):
             mounts.append({"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH})
         container["volumeMounts"] = mounts
-    spec["containers"] = [*containers, runtimed_container(runtime)]
+    reserved = sorted({str(v.get("name")) for v in spec.get("volumes") or []} & RESERVED_VOLUMES)
+    if reserved:
+        raise ValueError(
+            f'spec.template.spec.volumes: the name "{reserved[0]}" is reserved for the '
+            "runtimed sidecar's installation material"
+        )
+    spec["containers"] = [*containers, runtimed_container(runtime, wiring)]
     volumes = [v for v in spec.get("volumes") or [] if v.get("name") != WORKSPACE_VOLUME_NAME]
-    spec["volumes"] = [*volumes, {"name": WORKSPACE_VOLUME_NAME, "emptyDir": {}}]
+    spec["volumes"] = [
+        *volumes,
+        {"name": WORKSPACE_VOLUME_NAME, "emptyDir": {}},
+        *wiring_volumes(wiring),
+    ]
     gates = [
         g
         for g in spec.get("readinessGates") or []
@@ -209,8 +360,10 @@ def pod_template(runtime: Runtime) -> dict[str, Any]:
     return template
 
 
-def desired_deployment(runtime: Runtime) -> dict[str, Any]:
+def desired_deployment(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict[str, Any]:
     """The Runtime's Deployment (``apps/v1``), hash-stamped.
+
+    The hash covers the Pod template, ``wiring`` included: a changed setting rolls the Pods.
 
     Raises:
         ValueError: see :func:`pod_template`.
@@ -223,7 +376,7 @@ def desired_deployment(runtime: Runtime) -> dict[str, Any]:
             "spec": {
                 "replicas": runtime.spec.replicas,
                 "selector": {"matchLabels": runtime_selector(runtime)},
-                "template": pod_template(runtime),
+                "template": pod_template(runtime, wiring),
             },
         }
     )
@@ -295,8 +448,12 @@ def desired_role_binding(runtime: Runtime) -> dict[str, Any]:
     )
 
 
-def desired_objects(runtime: Runtime) -> list[dict[str, Any]]:
+def desired_objects(runtime: Runtime, wiring: RuntimedWiring | None = None) -> list[dict[str, Any]]:
     """All desired children in creation order (identity first, then Service, Deployment).
+
+    Args:
+        runtime: the Runtime.
+        wiring: the installation's settings for runtimed (see :class:`RuntimedWiring`).
 
     Raises:
         ValueError: see :func:`pod_template`.
@@ -306,7 +463,7 @@ def desired_objects(runtime: Runtime) -> list[dict[str, Any]]:
         desired_role(runtime),
         desired_role_binding(runtime),
         desired_service(runtime),
-        desired_deployment(runtime),
+        desired_deployment(runtime, wiring),
     ]
 
 

@@ -1,0 +1,1 @@
+"""Property tests (hypothesis) of bad input at every boundary (issue #10, second part)."""
