@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart dev-manifests demo test lint typecheck check protos crds bench bench-quick clean images docs e2e
+.PHONY: quickstart dev-manifests demo test lint typecheck check protos crds bench bench-quick clean images docs e2e chaos soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ bench: $(STAMP)  ## every benchmark in bench/, one table in docs/benchmarks.md (
 
 bench-quick: $(STAMP)  ## the same with short runs (each benchmark's --quick), report on stdout
 	$(BIN)/python bench/report.py --quick --output - --note "$(BENCH_NOTE)"
+
+chaos: $(STAMP)  ## the chaos suite at full size: every fault under load on localkube, figures printed
+	KRT_CHAOS_FULL=1 $(BIN)/python -m pytest -s -q -m chaos tests/chaos
+
+soak: $(STAMP)  ## 10 minutes at 80% of peak invoke throughput, a fault a minute, RSS per daemon (SOAK_ARGS="--minutes 1")
+	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,10 @@ UIDS = [f"00000000-0000-0000-0000-00000000000{i}" for i in range(8)]
 
 
 async def _serve_fake() -> None:
-    import purerpc
+    import anyio
+    import anyio.abc
 
+    from krt.grpc.server import CallHandler
     from krt.proto.executor.v1 import runtime_grpc
     from krt.proto.executor.v1 import runtime_pb2 as pb
 
@@ -66,11 +69,118 @@ async def _serve_fake() -> None:
                 outputs={"ok": "true"},
             )
 
-    server = purerpc.Server(port=0)
-    server.add_service(Echo().service)
-    async with trio.open_nursery() as nursery:
-        port = await nursery.start(server.serve_async)
+    # served by the connection handler runtimed and the Runtime Servers use
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    print(listener.extra(anyio.abc.SocketAttribute.local_port), flush=True)
+    async with listener:
+        await listener.serve(CallHandler({"executor.v1.FunctionRuntime": Echo().service}))
+
+
+async def _serve_runtimed(server_port: str, registrations: str) -> None:
+    """runtimed's invoke proxy (production code) in front of a real Python Runtime Server.
+
+    The ownership cache and function registry are fed directly (as informer events and
+    RegisterFunction results would) and authorization answers from a fixed table, so the
+    hot path is exactly the production one: checks, cache, authz cache hit, slot, registration
+    ID, one call to the local Runtime Server.
+    """
+    from krt.kube.informer import EventType, InformerEvent
+    from runtimed.dataplane.authz import AuthzCache, Outcome
+    from runtimed.dataplane.channels import open_channels
+    from runtimed.dataplane.ownership import OwnershipCache
+    from runtimed.dataplane.proxy import InvokeProxy, ProxyIdentity
+    from runtimed.dataplane.server import serve_grpc
+    from runtimed.functions.registry import FunctionRegistry
+
+    class Reviewer:
+        async def review(self, token: str, *, namespace: str, name: str) -> Outcome:
+            return Outcome.ALLOWED if token == "bench-token" else Outcome.UNAUTHENTICATED
+
+    cache = OwnershipCache(runtime="python")
+    registry = FunctionRegistry()
+    cache.on_pod_event(InformerEvent(EventType.ADDED, {
+        "metadata": {"name": "bench-pod", "namespace": "bench", "uid": "bench-pod-uid"},
+        "spec": {"containers": [{"name": "runtimed", "ports": [{"name": "grpc", "containerPort": 1}]}]},
+        "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
+    }))  # fmt: skip
+    for index, (uid, registration_id) in enumerate(json.loads(registrations).items()):
+        cache.on_run_event(InformerEvent(EventType.ADDED, {
+            "metadata": {"name": f"fn-{index}", "namespace": "bench", "uid": uid,
+                         "resourceVersion": "1"},
+            "spec": {"runtime": "python", "mode": {"function": {"handler": "handler.handle"}}},
+            "status": {"phase": "Ready", "attempt": 1, "assignedPodUID": "bench-pod-uid",
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))  # fmt: skip
+        registry.registering(uid, key=f"bench/fn-{index}", attempt=1, digest="bench")
+        registry.ready(uid, attempt=1, registration_id=registration_id)
+    cache.mark_synced()
+    async with open_channels() as channels, trio.open_nursery() as nursery:
+        proxy = InvokeProxy(
+            identity=ProxyIdentity(
+                pod_uid="bench-pod-uid", namespace="bench", runtime="python",
+                server_host="127.0.0.1", server_port=int(server_port),
+            ),
+            cache=cache, registrations=registry, authz=AuthzCache(Reviewer()),
+            server=channels, peers=None,
+        )  # fmt: skip
+        port = await nursery.start(
+            partial(serve_grpc, {"executor.v1.FunctionRuntime": proxy.service},
+                    host="127.0.0.1", port=0, tls=None)
+        )  # fmt: skip
         print(port, flush=True)
+
+
+def _start_runtime_server(work_dir: Path) -> tuple[subprocess.Popen[bytes], int, dict[str, str]]:
+    """Start the Python Runtime Server and register the echo handler for every UID.
+
+    Returns:
+        The process, its port and ``{run_uid: registration_id}``.
+    """
+    from krt.proto.executor.v1 import runtime_pb2 as pb
+
+    fn_dir = work_dir / "server" / "fn"
+    fn_dir.mkdir(parents=True)
+    (fn_dir / "handler.py").write_text("def handle(event):\n    return event\n")
+    log_file = work_dir / "runtime-server.log"
+    with log_file.open("wb") as stderr:  # its JSON log lines; "listening" names the port
+        process = subprocess.Popen(
+            [sys.executable, "-m", "servers.python", "--listen", "127.0.0.1:0",
+             "--work-dir", str(work_dir / "server")],
+            stderr=stderr,
+        )  # fmt: skip
+    port = 0
+    deadline = time.monotonic() + 20
+    while not port:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"the Runtime Server did not start: {log_file.read_text()[-2000:]}")
+        time.sleep(0.05)
+        for line in log_file.read_text().splitlines():
+            if line.startswith("{") and json.loads(line).get("msg") == "listening":
+                port = int(json.loads(line)["port"])
+
+    async def register() -> dict[str, str]:
+        import purerpc
+
+        from krt.proto.executor.v1 import runtime_grpc
+
+        ids = {}
+        async with purerpc.insecure_channel("127.0.0.1", port) as channel:
+            stub = runtime_grpc.FunctionRuntimeStub(channel)
+            for uid in UIDS:
+                response = await stub.RegisterFunction(pb.RegisterFunctionRequest(
+                    run_uid=uid, registration_attempt=1, working_dir=str(fn_dir),
+                    handler="handler.handle", registration_digest="sha256:" + "0" * 64,
+                ))  # fmt: skip
+                ids[uid] = response.registration.registration_id
+        return ids
+
+    try:
+        return process, port, trio.run(register)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
 
 
 async def _serve_echo(cert: str, key: str) -> None:
@@ -130,6 +240,20 @@ def _cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (seconds), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs of the direct children of ``pid`` (the Runtime Server's handler workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def _free_port() -> int:
@@ -196,7 +320,7 @@ async def _measure(
     calls: int,
     seconds: float,
     path: Callable[[int], str],
-    pids: dict[str, int],
+    pids: dict[str, Callable[[], list[int]]],
 ) -> dict[str, float]:
     import ssl
 
@@ -207,11 +331,11 @@ async def _measure(
         return httpx.AsyncClient(verify=context, timeout=30)
 
     async with make_client() as client:
-        before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+        before = {name: sum(map(_cpu_seconds, find())) for name, find in pids.items()}
         result = await _sequential(client, lambda i: base + path(i), calls)
-        for name, pid in pids.items():
+        for name, find in pids.items():
             result[f"{name}_cpu_ms_per_request"] = (
-                (_cpu_seconds(pid) - before[name]) * 1000 / (calls + 50)
+                (sum(map(_cpu_seconds, find())) - before[name]) * 1000 / (calls + 50)
             )
     result["parallel8_per_second"] = await _parallel(make_client, lambda i: base + path(i), seconds)
     return result
@@ -222,7 +346,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000, help="sequential requests per server")
     parser.add_argument("--parallel-seconds", type=float, default=3.0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="upstream is runtimed's invoke proxy in front of a real Python Runtime Server "
+        "(instead of the fake FunctionRuntime)",
+    )
+    parser.add_argument("--no-baseline", action="store_true", help="skip the bare HTTPS echo")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-runtimed", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--serve-echo", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="short run: 200 calls, 0.5 s parallel")
     parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
@@ -236,6 +368,9 @@ def main() -> None:
     if args.serve_echo:
         trio.run(_serve_echo, *args.serve_echo)
         return
+    if args.serve_runtimed:
+        trio.run(_serve_runtimed, *args.serve_runtimed)
+        return
 
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
@@ -245,7 +380,19 @@ def main() -> None:
         cert.private_key_and_cert_chain_pem.write_to_path(cert_file)
         cert.private_key_pem.write_to_path(key_file)
         try:
-            fake, fake_port = _child([__file__, "--serve-fake"])
+            upstream: dict[str, Callable[[], list[int]]] = {}
+            if args.full:
+                server, server_port, ids = _start_runtime_server(Path(tmp))
+                children.append(server)
+                upstream["runtime_server"] = lambda: [server.pid]
+                upstream["workers"] = lambda: _children(server.pid)
+                fake, fake_port = _child(
+                    [__file__, "--serve-runtimed", str(server_port), json.dumps(ids)]
+                )
+                upstream["runtimed"] = lambda: [fake.pid]
+            else:
+                fake, fake_port = _child([__file__, "--serve-fake"])
+                upstream["fake_runtime"] = lambda: [fake.pid]
             children.append(fake)
             echo, echo_port = _child([__file__, "--serve-echo", cert_file, key_file])
             children.append(echo)
@@ -262,11 +409,13 @@ def main() -> None:
             gateway_result = trio.run(
                 _measure, ca, f"https://127.0.0.1:{gateway_port}", args.calls,
                 args.parallel_seconds, lambda i: PATH.format(uid=UIDS[i % len(UIDS)]),
-                {"gateway": gateway.pid, "fake_runtime": fake.pid},
+                {"client": lambda: [os.getpid()], "gateway": lambda: [gateway.pid], **upstream},
             )  # fmt: skip
             baseline_result = trio.run(
-                _measure, ca, f"https://127.0.0.1:{echo_port}", args.calls,
-                args.parallel_seconds, lambda i: "/echo", {"echo": echo.pid},
+                _measure, ca, f"https://127.0.0.1:{echo_port}",
+                10 if args.no_baseline else args.calls, 0.1 if args.no_baseline else
+                args.parallel_seconds, lambda i: "/echo",
+                {"client": lambda: [os.getpid()], "echo": lambda: [echo.pid]},
             )  # fmt: skip
         finally:
             for child in children:
@@ -295,7 +444,7 @@ def main() -> None:
             for key, value in result.items()
             if key.endswith("_cpu_ms_per_request")
         )
-        print(f"{'':>16}  server CPU ms per request: {cpu}")
+        print(f"{'':>16}  CPU ms per request: {cpu}")
     print(f"p50 ratio gateway / bare HTTPS echo: {report['p50_ratio']:.2f}x")
     print("targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s across 8 Runs")
 

@@ -349,6 +349,8 @@ async def run(
         "server_cpu_ms_per_write": round(server_cpu * 1000 / max(bench.writes, 1), 3),
         "client_cpu_ms_per_write": round(client_cpu * 1000 / max(bench.writes, 1), 3),
         "cpu_count": os.cpu_count(),
+        # the machine is shared: its 1-minute load average at the end of the run
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
@@ -480,7 +482,8 @@ def main() -> None:
     )
     print(
         f"CPU per write: server {result['server_cpu_ms_per_write']} ms, "
-        f"benchmark client {result['client_cpu_ms_per_write']} ms ({result['cpu_count']} cores shared)"
+        f"benchmark client {result['client_cpu_ms_per_write']} ms ({result['cpu_count']} cores shared, "
+        f"load average {result['load_average']})"
     )
     print(
         f"store alone (SQLite commit + fan-out to {result['watchers']} subscribers, no HTTP): "

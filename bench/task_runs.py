@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -84,13 +85,20 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             )
             await wait_runtime_ready(kube, "bash", args.pods, within=120)
             await trio.sleep(1.0)  # let heartbeats and the scheduler's caches settle
+            cpu_before = cpu_by_program()
+            if args.mark_burst:  # for external profilers: the burst starts now
+                await trio.Path(args.mark_burst).write_text(str(datetime.now(UTC).timestamp()))
             created: dict[str, datetime] = {}
             finished: dict[str, dict[str, Any]] = {}
+            bench_seen: dict[str, datetime] = {}
             all_done = trio.Event()
             informer = Informer(kube, RUNS, namespace=NS)
 
             def on_run(event: InformerEvent) -> None:
                 status = event.obj.get("status") or {}
+                name = event.obj["metadata"]["name"]
+                if status.get("phase") == "Scheduled":
+                    bench_seen.setdefault(name, datetime.now(UTC))
                 if status.get("phase") in TERMINAL:
                     finished[event.obj["metadata"]["name"]] = event.obj
                     if len(finished) >= args.runs:
@@ -113,7 +121,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 with trio.fail_after(300):
                     await all_done.wait()
                 nursery.cancel_scope.cancel()
+            cpu_after = cpu_by_program()
             items = list(finished.values())
+            # runtimed's per-Run stage timelines, read before the state directory goes (the
+            # node writes container logs a moment after runtimed prints them)
+            timelines: dict[str, dict[str, Any]] = {}
+            with trio.move_on_after(3):
+                while len(timelines := read_timelines(cluster.pod_roots())) < len(items):  # noqa: ASYNC110 - files another process writes
+                    await trio.sleep(0.1)
     phases: dict[str, int] = {}
     schedule, dispatch, execution, complete = [], [], [], []
     completions = []
@@ -130,6 +145,23 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         execution.append((finished - started).total_seconds() * 1000)
         complete.append((finished - created_at).total_seconds() * 1000)
     span = (max(completions) - min(created.values())).total_seconds()
+    stages: dict[str, list[float]] = {}
+    for run in items:
+        uid = run["metadata"]["uid"]
+        created_at = created[run["metadata"]["name"]]
+        bound = _scheduled_at(run["status"])
+        marks = timelines.get(uid, {})
+        row = {"create->bind": (bound - created_at).total_seconds() * 1000}
+        if run["metadata"]["name"] in bench_seen:
+            row["bind->bench sees"] = (
+                bench_seen[run["metadata"]["name"]] - bound
+            ).total_seconds() * 1000
+        if "seen" in marks:
+            row["bind->seen"] = (marks["seen"] - bound.timestamp()) * 1000
+        for key, value in marks.get("stages_ms", {}).items():
+            row[key] = value
+        for key, value in row.items():
+            stages.setdefault(key, []).append(value)
 
     def summary(values: list[float]) -> dict[str, float]:
         return {
@@ -148,7 +180,79 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "execution": summary(execution),
         "complete": summary(complete),
         "runs_per_second": round(args.runs / span, 1),
+        "cpu_ms_per_run": {
+            program: round(
+                (cpu_after[program] - cpu_before.get(program, 0.0)) * 1000 / args.runs, 1
+            )
+            for program in sorted(cpu_after)
+        },
+        "stages": {key: summary(values) | {"n": len(values)} for key, values in stages.items()},
     }
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_program() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by this process and its descendants, by program.
+
+    The program is the basename of the first argument that is not the interpreter (so the
+    console scripts ``krt-runtimed``, ``krt-bash-runtime``, ``krt-controlplane`` are told
+    apart); this process counts as ``localkube+bench`` (the API server, the node and this
+    client share it). Reads ``/proc`` (Linux).
+    """
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        ticks[int(entry)] = int(fields[11]) + int(fields[12])
+    me = os.getpid()
+    out: dict[str, float] = {"localkube+bench": ticks.get(me, 0) / CLOCK_TICKS}
+    stack = list(children.get(me, []))
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        program = next((Path(w).name for w in words[1:] if not w.startswith("-")), "?")
+        if words and "python" not in Path(words[0]).name:
+            program = Path(words[0]).name
+        out[program] = out.get(program, 0.0) + ticks.get(pid, 0) / CLOCK_TICKS
+    return out
+
+
+def read_timelines(pod_roots: list[Path]) -> dict[str, dict[str, Any]]:
+    """Run UID -> ``{"seen": epoch seconds, "stages_ms": {...}}`` from runtimed's logs.
+
+    runtimed's terminal line of each Run (``task succeeded`` / ``failed`` / ``ended``)
+    carries ``stages_ms`` and ``seen_at`` (``runtimed.timeline``); the container logs are CRI lines (``<time> <stream> <F|P> <json>``) under each Pod root.
+    ``seen`` puts the informer delivery on the status timestamps' clock (bind -> seen).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for root in pod_roots:
+        for path in sorted((root / "logs" / "runtimed").glob("*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if '"stages_ms"' not in line:
+                    continue
+                try:
+                    record = json.loads(line.split(" ", 3)[3])
+                except (IndexError, ValueError):
+                    continue
+                entry: dict[str, Any] = {"stages_ms": record.get("stages_ms") or {}}
+                if "seen_at" in record:
+                    entry["seen"] = float(record["seen_at"])
+                out[str(record.get("run_uid"))] = entry
+    return out
 
 
 def _figures(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -186,6 +290,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="short run: 10 Runs, capacity 16")
     parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
+    parser.add_argument(
+        "--mark-burst", metavar="PATH", help="write the burst's start (epoch seconds) here"
+    )
     args = parser.parse_args()
     if args.quick:  # quick defaults; explicit arguments still win
         parser.set_defaults(runs=10, capacity=16, concurrency=5)
@@ -205,6 +312,16 @@ def main() -> None:
             f"  {field:<10} p50 {result[field]['p50_ms']:>8.1f} ms   p95 {result[field]['p95_ms']:>8.1f} ms"
         )
     print(f"  throughput {result['runs_per_second']:.1f} Runs/s")
+    cpu = ", ".join(f"{k} {v:.1f}" for k, v in result["cpu_ms_per_run"].items())
+    print(f"  CPU ms per Run during the burst: {cpu}")
+    print(
+        "  per-stage breakdown (create->bind from the client, the rest from runtimed's timeline):"
+    )
+    for key, value in result["stages"].items():
+        print(
+            f"    {key:<20} p50 {value['p50_ms']:>8.1f} ms   p95 {value['p95_ms']:>8.1f} ms"
+            f"   (n={value['n']})"
+        )
     print(
         "  targets: complete p50 < 150 ms, > 40 Runs/s (Go kruntimes on kind: 580 ms, 11.3 Runs/s)"
     )

@@ -38,8 +38,6 @@ KRT = str(BIN / "krt") if (BIN / "krt").exists() else "krt"
 KRM_FUNCTION = "krm-set-metadata"
 BASH_FUNCTION = "greet"
 LATENCY = re.compile(r"latency ([0-9.]+) ms")
-#: Set when a function published no caBundle (see trust_gateway_ca).
-TRUST_ROOT_NEEDED = False
 
 sys.path.insert(0, str(EXAMPLES / "krm"))
 import resource_list  # noqa: E402  (examples/krm/resource_list.py)
@@ -166,23 +164,20 @@ def create_function(
     )
 
 
-def trust_gateway_ca(name: str, env: dict[str, str]) -> dict[str, str]:
-    """The environment for ``krt invoke NAME``: the dev gateway CA as a client trust root
-    (``SSL_CERT_FILE``) when the function publishes no ``status.endpoint.caBundle``.
+def published_ca_bundle(name: str, env: dict[str, str]) -> None:
+    """Check that function ``name`` publishes ``status.endpoint.caBundle``: ``krt invoke``
+    trusts the gateway through it alone (seed 000), with no trust root set up by hand.
 
-    Seed 000 omits caBundle "when the certificate chains to a trust root configured by the
-    client"; a runtimed started without ``--gateway-ca-file`` publishes none, so the quick
-    start configures that root for its own ``krt invoke`` processes only.
+    Raises:
+        StepFailed: the endpoint carries no caBundle (runtimed was not given the gateway CA).
     """
     done = krt("get", name, "-o", "json", env=env, capture=True, quiet=True)
     endpoint = (json.loads(done.stdout).get("status") or {}).get("endpoint") or {}
-    if endpoint.get("caBundle"):
-        return env
-    global TRUST_ROOT_NEEDED
-    TRUST_ROOT_NEEDED = True
-    ca = Path(env["KUBECONFIG"]).parent / "kruntimes" / "gateway-ca" / "ca.crt"
-    print(f"(no caBundle in {name}'s endpoint: trusting the dev gateway CA via SSL_CERT_FILE={ca})")
-    return {**env, "SSL_CERT_FILE": str(ca)}
+    if not endpoint.get("caBundle"):
+        raise StepFailed(
+            f"function {name} publishes no status.endpoint.caBundle: the Runtime Pods' "
+            "runtimed did not get the gateway CA (ConfigMap kruntimes-gateway-ca)"
+        )
 
 
 def invoke(name: str, data: str, env: dict[str, str], *, quiet: bool = False) -> tuple[str, float]:
@@ -199,7 +194,7 @@ def run_krm(env: dict[str, str], invokes: int) -> None:
     create_function(KRM_FUNCTION, "python", "main.invoke", EXAMPLES / "krm" / "main.py", env)
 
     banner(f"4. Invoke it {invokes} times on examples/krm/manifests.yaml (11 objects)")
-    env = trust_gateway_ca(KRM_FUNCTION, env)
+    published_ca_bundle(KRM_FUNCTION, env)
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="krm-input-", delete=False) as f:
         json.dump(resource_list.build(), f)
         input_file = f.name
@@ -230,7 +225,7 @@ def run_krm(env: dict[str, str], invokes: int) -> None:
 def run_bash(env: dict[str, str]) -> None:
     banner("5. A Bash function: examples/bash/greet.sh (greet.hello)")
     create_function(BASH_FUNCTION, "bash", "greet.hello", EXAMPLES / "bash" / "greet.sh", env)
-    env = trust_gateway_ca(BASH_FUNCTION, env)
+    published_ca_bundle(BASH_FUNCTION, env)
     output, ms = invoke(BASH_FUNCTION, '{"name": "kruntimes"}', env)
     print(output.rstrip())
     print(f"(latency {ms:.1f} ms)")
@@ -239,19 +234,13 @@ def run_bash(env: dict[str, str]) -> None:
 def next_steps(state_dir: Path, failed: bool) -> None:
     banner("The cluster keeps running. Try next:")
     state_arg = "" if state_dir == Path("~/.krt/dev").expanduser() else f" --state-dir {state_dir}"
-    # functions publishing no caBundle: trust the dev gateway CA for that one command
-    trust = (
-        f"SSL_CERT_FILE={state_dir / 'kruntimes' / 'gateway-ca' / 'ca.crt'} "
-        if TRUST_ROOT_NEEDED
-        else ""
-    )
     print(
         f"""  source .venv/bin/activate; source {state_dir / "env"}   # krt, KUBECONFIG, KRT_GATEWAY_URL
   krt get                          # every Run and its phase
   krt describe {KRM_FUNCTION}     # the function Run: endpoint, conditions, events
-  {trust}krt invoke {KRM_FUNCTION} -d @examples/krm/resource-list.json \\
+  krt invoke {KRM_FUNCTION} -d @examples/krm/resource-list.json \\
       | python examples/krm/resource_list.py show -
-  {trust}krt invoke {BASH_FUNCTION} -d '{{"name": "you"}}'
+  krt invoke {BASH_FUNCTION} -d '{{"name": "you"}}'
   krt run --runtime bash --wait -- 'echo "bash=$BASH_VERSION" >> "$KRUNTIME_OUTPUTS"'
   krt runtime list; krt dev status{state_arg}
   kubectl get pods -A              # localkube speaks the Kubernetes API (if kubectl is installed)

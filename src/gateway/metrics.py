@@ -11,7 +11,7 @@ they carry no caller data and no tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -69,6 +69,7 @@ class GatewayMetrics:
             "Open gRPC connections to Runtime Services.",
             registry=self.registry,
         )
+        self._by_code: dict[int | str, Any] = {}
 
     def watch_connections(self, open_connections: Callable[[], int]) -> None:
         """Report ``open_connections()`` as the upstream connections gauge at scrape time."""
@@ -76,5 +77,8 @@ class GatewayMetrics:
 
     def record(self, code: int | str, seconds: float) -> None:
         """Count one finished invoke request with HTTP status ``code`` taking ``seconds``."""
-        self.invocations.labels(code=str(code)).inc()
+        counter = self._by_code.get(code)
+        if counter is None:  # labels() locks and builds a key on every call: keep the child
+            counter = self._by_code[code] = self.invocations.labels(code=str(code))
+        counter.inc()
         self.latency.observe(seconds)

@@ -35,6 +35,7 @@ from gateway.app import GatewayApp
 from gateway.invoke import Invoker
 from gateway.metrics import GatewayMetrics
 from gateway.pool import DEFAULT_CONNECT_TIMEOUT_SECONDS, open_channel_pool
+from gateway.response_writes import install as install_response_writes
 from gateway.targets import DnsResolver, Resolver
 from krt.api import limits
 from krt.metrics_server import metrics_app
@@ -166,6 +167,8 @@ async def serve_gateway(
         OSError: an address cannot be bound.
     """
     metrics = metrics or GatewayMetrics()
+    if not install_response_writes():
+        log.warning("hypercorn is not 0.17.x: each response head takes a write of its own")
     async with open_channel_pool(
         config.resolver,
         ssl_context=config.upstream_ssl,

@@ -3,8 +3,9 @@
 ``await nursery.start(serve_apiserver, config)`` returns an :class:`ApiServerHandle` once
 the port is bound, the kubeconfig written and the controllers (garbage collector,
 namespace lifecycle) are following the store; ``async with running_apiserver(config)``
-does the same for tests. Served by hypercorn on trio with TLS from
-:class:`localkube.pki.ClusterPKI`, HTTP/1.1 only (ALPN ``http/1.1``).
+does the same for tests. Served by :mod:`localkube.http_server` (h11 on trio, one task
+per connection) with TLS from :class:`localkube.pki.ClusterPKI`, HTTP/1.1 only (ALPN
+``http/1.1``).
 
 On a fresh store the server creates the ``default``, ``kube-system``, ``kube-public`` and
 ``kube-node-lease`` namespaces and the bootstrap ClusterRoles and bindings
@@ -21,11 +22,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import hypercorn.config
-import hypercorn.trio
 import trio
 
-from localkube import bootstrap_rbac, storage
+from localkube import bootstrap_rbac, http_server, storage
 from localkube.access import Access
 from localkube.admission import Admission
 from localkube.app import ApiApp, ServerContext
@@ -103,23 +102,6 @@ def _bootstrap(handlers: Handlers, registry: ResourceRegistry) -> None:
                     log.error("bootstrap %s %s: %s", plural, obj["metadata"]["name"], exc.message)
 
 
-def _hypercorn_config(config: ApiServerConfig, pki: ClusterPKI) -> hypercorn.config.Config:
-    hconfig = hypercorn.config.Config()
-    host = f"[{config.host}]" if ":" in config.host else config.host
-    hconfig.bind = [f"{host}:{config.port}"]
-    hconfig.certfile = str(pki.server_cert_file)
-    hconfig.keyfile = str(pki.server_key_file)
-    hconfig.alpn_protocols = ["http/1.1"]
-    hconfig.errorlog = logging.getLogger("hypercorn.error")
-    hconfig.accesslog = None
-    hconfig.graceful_timeout = 1.0
-    hconfig.keep_alive_timeout = 75.0
-    # kube-apiserver does not close busy keep-alive connections after N requests
-    hconfig.keep_alive_max_requests = 1 << 62
-    hconfig.include_server_header = False
-    return hconfig
-
-
 async def serve_apiserver(
     config: ApiServerConfig,
     *,
@@ -163,10 +145,17 @@ async def serve_apiserver(
         async with trio.open_nursery() as nursery:
             await nursery.start(gc.run)
             await nursery.start(lifecycle.run)
-            binds = await nursery.start(
-                partial(hypercorn.trio.serve, ApiApp(ctx), _hypercorn_config(config, pki))  # type: ignore[arg-type]
+            port: int = await nursery.start(
+                partial(
+                    http_server.serve_https,
+                    ApiApp(ctx),
+                    host=config.host,
+                    port=config.port,
+                    context=pki.ssl_context(),
+                )
             )
-            url = str(binds[0])
+            host = f"[{config.host}]" if ":" in config.host else config.host
+            url = f"https://{host}:{port}"
             ctx.server_address = url.removeprefix("https://")
             kubeconfig_dir = config.state_dir if config.state_dir is not None else pki.directory
             path = write_kubeconfig(

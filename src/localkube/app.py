@@ -1,6 +1,8 @@
 """The ASGI application: Kubernetes REST paths onto handlers, JSON in, JSON (or Table) out.
 
-Served by hypercorn on trio (see :mod:`localkube.apiserver`). Per request: authenticate
+Served by :mod:`localkube.http_server` (h11 on trio; see :mod:`localkube.apiserver`), which
+sends a sized response in one TLS record: :meth:`ApiApp._respond` gives the head and the
+whole body, and a write's body reuses the bytes the store committed. Per request: authenticate
 the bearer token (401) and apply ``Impersonate-*`` headers, route the path (404 for
 unknown paths or kinds, 405 for a verb the kind or subresource does not serve), authorize
 with RBAC (403), read the body (413 over :data:`MAX_BODY_BYTES`; JSON, or the protobuf
@@ -112,7 +114,10 @@ class ApiApp:
     async def _respond(
         self, send: Send, code: int, body: Any, *, content_type: str = "application/json"
     ) -> None:
-        data = body if isinstance(body, bytes) else storage.encode(body)
+        if isinstance(body, bytes):
+            data = body
+        else:  # a write's result is the object just committed: reuse its encoding
+            data = self.ctx.store.encoded(body) or storage.encode(body)
         await send(
             {
                 "type": "http.response.start",

@@ -68,11 +68,16 @@ class GarbageCollector:
                 if not started:
                     task_status.started()
                     started = True
-                async for event in channel:
+                while True:
                     try:
-                        self.handle(event)
-                    except Exception:
-                        log.exception("garbage collection after %s %s", event.type, event.key)
+                        batch = await storage.receive_batch(channel)
+                    except trio.EndOfChannel:
+                        break
+                    for event in batch:
+                        try:
+                            self.handle(event)
+                        except Exception:
+                            log.exception("garbage collection after %s %s", event.type, event.key)
             log.warning("garbage collector fell behind the store; re-indexing")
 
     def _resync(self) -> None:

@@ -73,12 +73,21 @@ class NamespaceLifecycle:
                 if not started:
                     task_status.started()
                     started = True
-                async for event in channel:
-                    rkey, namespace, name = event.key
-                    if rkey == NS_KEY:
-                        if event.type != "DELETED":
-                            self._safe(name)
-                    elif namespace and (event.type == "DELETED" or rkey in (SA_KEY, CM_KEY)):
+                while True:
+                    try:
+                        batch = await storage.receive_batch(channel)
+                    except trio.EndOfChannel:
+                        break
+                    # a burst of writes in one namespace reconciles it once
+                    touched: dict[str, None] = {}
+                    for event in batch:
+                        rkey, namespace, name = event.key
+                        if rkey == NS_KEY:
+                            if event.type != "DELETED":
+                                touched[name] = None
+                        elif namespace and (event.type == "DELETED" or rkey in (SA_KEY, CM_KEY)):
+                            touched[namespace] = None
+                    for namespace in touched:
                         self._safe(namespace)
             log.warning("namespace controller fell behind the store; reconciling everything")
 

@@ -4,8 +4,17 @@ Every identity and configuration value has a flag and an environment variable; t
 controller's Deployment sets the variables (``POD_NAME``, ``POD_NAMESPACE``, ``POD_UID``,
 ``POD_IP`` through the downward API, ``RUNTIME_NAME``, ``RUNTIME_SERVER_ADDRESS``,
 ``WORKSPACE_DIR``, ``RUNTIMED_PORT`` for the invoke proxy's gRPC Service port, and
-``RUNTIMED_PEER_TLS_DIR`` for the peer mTLS Secret). ``--path-root`` (``KRT_POD_ROOT``) prefixes absolute container paths
-(the workspace), for nodes that run containers as plain processes.
+``RUNTIMED_PEER_TLS_DIR`` for the peer mTLS Secret, ``RUNTIMED_GATEWAY_URL`` and
+``RUNTIMED_GATEWAY_CA_FILE`` for the published endpoint). ``--path-root`` (``KRT_POD_ROOT``)
+prefixes absolute container paths (the workspace, the mounted material), for nodes that run
+containers as plain processes.
+
+The CA file and the peer TLS directory come from ``optional: true`` volumes, so they may be
+empty at start (ConfigMap or Secret not created yet). runtimed then starts anyway, with a
+warning naming what is off and how to turn it on (restart the Pod once the object exists):
+no ``caBundle`` in new endpoints, or a plaintext Service port without peer hops. Material
+that is present but broken (a Secret missing one of its keys, a CA file without a
+certificate) stops runtimed with a usage error instead.
 """
 
 from __future__ import annotations
@@ -20,8 +29,12 @@ import trio
 from krt import logs
 from runtimed.daemon import DaemonConfig, serve_daemon
 from runtimed.dataplane.app import DataplaneSettings
-from runtimed.dataplane.peer import PeerTLSError, load_peer_tls
-from runtimed.functions.settings import DEFAULT_GATEWAY_URL, FunctionSettings, load_ca_bundle
+from runtimed.dataplane.peer import PeerTLSError, load_peer_tls, peer_tls_present
+from runtimed.functions.settings import (
+    DEFAULT_GATEWAY_URL,
+    FunctionSettings,
+    load_optional_ca_bundle,
+)
 from runtimed.identity import PodIdentity
 from runtimed.runtime_client import parse_address
 from runtimed.sources import Workspace
@@ -116,7 +129,8 @@ async def _run_until_signal(config: DaemonConfig) -> None:
     envvar="RUNTIMED_PEER_TLS_DIR",
     default=None,
     type=click.Path(path_type=Path),
-    help="Directory with tls.crt, tls.key, ca.crt for peer mTLS (unset: plaintext, no hops).",
+    help="Directory with tls.crt, tls.key, ca.crt for peer mTLS (unset or empty: plaintext, "
+    "no hops).",
 )
 @click.option(
     "--gateway-url",
@@ -130,7 +144,7 @@ async def _run_until_signal(config: DaemonConfig) -> None:
     envvar="RUNTIMED_GATEWAY_CA_FILE",
     default=None,
     type=click.Path(path_type=Path),
-    help="PEM CA bundle published as status.endpoint.caBundle (unset: omitted).",
+    help="PEM CA bundle published as status.endpoint.caBundle (unset or missing: omitted).",
 )
 @click.option(
     "--kubeconfig", envvar="RUNTIMED_KUBECONFIG", default=None, type=click.Path(path_type=Path)
@@ -201,26 +215,45 @@ def main(
         workspace_root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise click.UsageError(f"--workspace-dir {str(workspace_root)!r}: {exc.strerror}") from None
+    warnings: list[str] = []
     if peer_tls_dir is not None:
         peer_tls_dir = _under_root(peer_tls_dir, path_root)
         try:
-            load_peer_tls(peer_tls_dir)
+            if peer_tls_present(peer_tls_dir):
+                load_peer_tls(peer_tls_dir)
+            else:
+                warnings.append(
+                    f"--peer-tls-dir {str(peer_tls_dir)!r} holds no tls.crt, tls.key, ca.crt "
+                    "(the peer TLS Secret does not exist yet?): the Service port is plaintext "
+                    "and peer hops are off; restart this Pod once the Secret exists"
+                )
+                peer_tls_dir = None
         except PeerTLSError as exc:
             raise click.UsageError(str(exc)) from None
+    ca_bundle: bytes | None = None
+    if gateway_ca_file is not None:
+        ca_path = _under_root(gateway_ca_file, path_root)
+        try:
+            ca_bundle = load_optional_ca_bundle(ca_path)
+        except (ValueError, OSError) as exc:
+            raise click.UsageError(f"--gateway-ca-file: {exc}") from None
+        if ca_bundle is None:
+            warnings.append(
+                f"--gateway-ca-file {str(ca_path)!r} does not exist (the gateway CA ConfigMap "
+                "does not exist yet, or has no ca.crt?): function endpoints are published "
+                "without caBundle; restart this Pod once the ConfigMap exists"
+            )
     try:
         functions = FunctionSettings(
-            gateway_url=gateway_url or DEFAULT_GATEWAY_URL,
-            ca_bundle=(
-                load_ca_bundle(_under_root(gateway_ca_file, path_root))
-                if gateway_ca_file is not None
-                else None
-            ),
+            gateway_url=gateway_url or DEFAULT_GATEWAY_URL, ca_bundle=ca_bundle
         )
-    except (ValueError, OSError) as exc:
-        raise click.UsageError(f"--gateway-url/--gateway-ca-file: {exc}") from None
+    except ValueError as exc:
+        raise click.UsageError(f"--gateway-url: {exc}") from None
     # Everything (root logger); hpack logs raw headers (tokens) at DEBUG, so the chatty
     # libraries stay at WARNING and above.
     logs.configure(level=log_level, floors=dict.fromkeys(QUIET_LIBRARIES, logging.WARNING))
+    for warning in warnings:
+        log.warning(warning)
     config = DaemonConfig(
         pod=pod,
         server_host=host,

@@ -22,6 +22,7 @@ class RuntimedMetrics:
         start_failures: Execute or staging failures.
         preparation_seconds: source preparation time, seconds.
         claim_lag_seconds: bind (``Scheduled`` transition) to claim, seconds.
+        rleg_polls: List calls of the Run Lifecycle Event Generator (RLEG).
         server_healthy: 1 while the local Runtime Server answers Health as healthy.
         local_runs: Runs with local state (set by a callback).
     """
@@ -53,6 +54,11 @@ class RuntimedMetrics:
             PREFIX + "claim_lag_seconds",
             "From the scheduler's bind (Scheduled condition) to runtimed's claim, seconds",
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=self.registry,
+        )
+        self.rleg_polls = Counter(
+            PREFIX + "rleg_polls_total",
+            "List calls the Run Lifecycle Event Generator made to the Runtime Server",
             registry=self.registry,
         )
         self.server_healthy = Gauge(

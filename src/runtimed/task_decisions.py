@@ -67,6 +67,7 @@ from krt.api.retry import (
     retry_wait_seconds,
 )
 from krt.api.run import Run
+from runtimed.timeline import Timeline
 
 __all__ = [
     "CANCEL_POLL_SECONDS",
@@ -533,6 +534,7 @@ class LocalRun:
         log_lines: per stream, lines of the attempt's output logged so far.
         follow_at: trio time of the next read of the running output (0: at once).
         follow_delay: seconds between reads; grows while the task prints nothing.
+        timeline: when the Run passed each lifecycle stage here (diagnostics, issue 6).
     """
 
     uid: str
@@ -546,6 +548,7 @@ class LocalRun:
     log_lines: dict[str, int] = field(default_factory=dict)
     follow_at: float = 0.0
     follow_delay: float = 0.0
+    timeline: Timeline = field(default_factory=Timeline)
 
     def log_progress(self, attempt: int) -> dict[str, int]:
         """The logged-output offsets of ``attempt`` (reset when the attempt changes)."""

@@ -230,6 +230,9 @@ class TaskLifecycle:
         self._local: dict[str, LocalRun] = {}
         #: Run UID -> (resourceVersions we wrote from, the object our last write returned).
         self._written: dict[str, tuple[set[str], Obj]] = {}
+        #: Run UID -> epoch seconds the informer first delivered it Scheduled to this Pod
+        #: (moved to the Run's timeline when its local state is created).
+        self._seen_at: dict[str, float] = {}
         self._rleg_wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.metrics.track_local_runs(lambda: len(self._local))
@@ -246,6 +249,13 @@ class TaskLifecycle:
         mine = self.pod.uid
         if event.type is EventType.DELETED:
             self._written.pop(run_uid(obj), None)
+            self._seen_at.pop(run_uid(obj), None)
+        elif (
+            assigned_pod_uid(obj) == mine
+            and (obj.get("status") or {}).get("phase") == "Scheduled"
+            and run_uid(obj) not in self._local
+        ):
+            self._seen_at.setdefault(run_uid(obj), self._now())
         if (
             assigned_pod_uid(obj) == mine
             or assigned_pod_uid(event.old) == mine
@@ -276,6 +286,33 @@ class TaskLifecycle:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         await self.queue.run(self.reconcile, workers=self._workers, task_status=task_status)
+
+    def _now(self) -> float:
+        """The wall clock as epoch seconds (timeline marks)."""
+        return self._clock.now().timestamp()
+
+    def _mark(self, uid: str, stage: str) -> None:
+        local = self._local.get(uid)
+        if local is not None:
+            local.timeline.mark(stage, self._now())
+
+    def _terminal_fields(self, run: Run) -> dict[str, Any]:
+        """Log fields of a Run's terminal line: its keys plus its stage timeline.
+
+        Marks ``completed`` (the terminal write returned) and adds ``stages_ms`` (see
+        :mod:`runtimed.timeline`) and ``seen_at`` (epoch seconds the informer delivered the
+        Run here), so the timeline costs no log line of its own.
+        """
+        fields = self._fields(run)
+        local = self._local.get(run.metadata.uid)
+        if local is None:
+            return fields
+        local.timeline.mark("completed", self._now())
+        fields["stages_ms"] = local.timeline.stages_ms()
+        seen = local.timeline.marks.get("seen")
+        if seen is not None:
+            fields["seen_at"] = round(seen, 6)
+        return fields
 
     # -- Runtime Server calls, bounded ------------------------------------------------------
 
@@ -393,6 +430,9 @@ class TaskLifecycle:
             local = self._local[uid] = LocalRun(
                 uid=uid, key=run.key, view=LocalView(attempt=attempt)
             )
+            seen = self._seen_at.pop(uid, None)
+            if seen is not None:
+                local.timeline.mark("seen", seen)
         else:
             local.view = local.view.for_attempt(attempt)
         return local
@@ -402,6 +442,7 @@ class TaskLifecycle:
         server = await self._status(run.metadata.uid)
         if server.state.finished and run.status.retry_after is None:
             # (in backoff the server holds the previous attempt's execution, logged already)
+            self._mark(run.metadata.uid, "finished")
             self._log_output(run, server)
         if server.state is ExecState.SUCCEEDED:
             files = self.workspace.files(run.metadata.uid)
@@ -444,7 +485,7 @@ class TaskLifecycle:
             if await self._write(obj, action.patch) is None:
                 return None
             self.metrics.task_runs.labels(outcome="Succeeded").inc()
-            task_log.info("task succeeded", extra=self._fields(run))
+            task_log.info("task succeeded", extra=self._terminal_fields(run))
             await self._forget(uid)
             await self._drop(uid)
             return None
@@ -455,13 +496,14 @@ class TaskLifecycle:
                 return None
             outcome = str(action.patch.get("phase"))
             self.metrics.task_runs.labels(outcome=outcome).inc()
-            task_log.info("task ended %s", outcome, extra=self._fields(run))
+            task_log.info("task ended %s", outcome, extra=self._terminal_fields(run))
             await self._drop(uid)
             return None
         if isinstance(action, Resume):
             local = self._local_for(run)
             local.view = LocalView(attempt=max(1, run.status.attempt))
             local.last_server_state = None
+            local.timeline.restart_attempt()
             if await self._write(obj, action.patch) is None:
                 return None
             return Requeue(0.0)
@@ -494,6 +536,7 @@ class TaskLifecycle:
             return None
         claimed = Run.from_dict(written)
         self._local_for(claimed)
+        self._mark(claimed.metadata.uid, "claimed")
         bound = find_condition(run.status.conditions, RunConditionType.SCHEDULED)
         if bound is not None:
             lag = (self._clock.now() - bound.last_transition_time).total_seconds()
@@ -527,6 +570,7 @@ class TaskLifecycle:
             return await self._apply_failure(obj, run, decision, forget=False)
         self.metrics.preparation_seconds.observe(trio.current_time() - started)
         local.update(prepared=True)
+        local.timeline.mark("prepared", self._now())
         return None
 
     async def _start(self, obj: Obj, run: Run, *, prepare: bool) -> Requeue | None:
@@ -537,6 +581,7 @@ class TaskLifecycle:
                 return outcome
         assert self._nursery is not None, "TaskLifecycle.run() is not running"
         local.update(start=StartState.IN_FLIGHT, start_error="")
+        local.timeline.mark("start", self._now())
         spec = self._execute_spec(run)
         self._nursery.start_soon(self._start_worker, local, spec, local.view.attempt, obj)
         return None
@@ -589,6 +634,7 @@ class TaskLifecycle:
             self._events.emit(obj, type_="Warning", reason="StartFailed", message=error)
         else:
             local.update(start=StartState.SUCCEEDED)
+            local.timeline.mark("executed", self._now())
             self.metrics.executions_started.inc()
             task_log.info("execution started", extra=fields)
             self._wake_rleg()
@@ -631,7 +677,9 @@ class TaskLifecycle:
                 local.last_server_state = None
             return Requeue(max(0.0, decision.delay_seconds))
         self.metrics.task_runs.labels(outcome="Failed").inc()
-        task_log.info("task failed: %s", decision.patch.get("message"), extra=fields)
+        task_log.info(
+            "task failed: %s", decision.patch.get("message"), extra=self._terminal_fields(run)
+        )
         if forget:
             await self._forget(uid)
         await self._drop(uid)
@@ -639,6 +687,7 @@ class TaskLifecycle:
 
     async def _drop(self, uid: str) -> None:
         """Forget local state and the Run's files (the server holds nothing for it)."""
+        self._seen_at.pop(uid, None)
         local = self._local.pop(uid, None)
         if local is not None:
             local.active = False
@@ -678,7 +727,12 @@ class TaskLifecycle:
         The pace adapts: after a start or a change it polls every ``rleg_min_period``
         seconds for :data:`RLEG_FAST_POLLS` polls (a short task's end is seen within
         milliseconds), then each quiet poll doubles the period up to ``rleg_period`` (long
-        tasks cost little).
+        tasks cost little). A wake-up (a start, an observation) ends the quiet wait at once
+        but never the *floor*: two polls are at least ``rleg_min_period`` apart, and at
+        least as far apart as the last List took to answer, so a burst of starts does not
+        turn into a List per start, and a loaded server or runtimed is polled at most half
+        of the time (issue 6: under a burst, List calls competed with the claims and status
+        writes for the same two cores).
         """
         fastest, slowest = self.timings.rleg_min_period, self.timings.rleg_period
         quiet = 0
@@ -695,27 +749,34 @@ class TaskLifecycle:
                 quiet = 0
                 continue
             entries: dict[str, ServerView] | None = None
+            began = trio.current_time()
             with trio.move_on_after(self.timings.rpc):
                 try:
+                    self.metrics.rleg_polls.inc()
                     entries = await self._server.list()
                 except (ServerUnavailable, RpcRejected) as exc:
                     log.info("RLEG List failed: %s", exc)
             if entries is None:
                 await trio.sleep(UNREACHABLE_RETRY_SECONDS)
                 continue
+            done = trio.current_time()
+            floor = max(fastest, done - began)
             quiet += 1
             for local in watched:
                 view = entries.get(local.uid)
                 state = view.state if view is not None else ExecState.NOT_FOUND
                 if state is not local.last_server_state:
                     local.last_server_state = state
+                    if state.finished:
+                        local.timeline.mark("finished", self._now())
                     quiet = 0
                     self.queue.add(local.key)
-            delay = rleg_delay(quiet, fastest=fastest, slowest=slowest)
+            delay = max(floor, rleg_delay(quiet, fastest=fastest, slowest=slowest))
             with trio.move_on_after(delay):
                 await self._rleg_wakeup.wait()
             if self._rleg_wakeup.is_set():
                 quiet = 0
+                await trio.sleep_until(done + floor)
 
     def _is_live_here(self, uid: str) -> bool:
         local = self._local.get(uid)

@@ -125,6 +125,13 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     "watch-namespaces": {"controlplane": {"watchNamespaces": ["team-a", "team-b"]}},
     "service-monitor": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"r": "x"}}}},
     "peer-tls": {"runtimed": {"peerTLS": {"enabled": True, "secretName": "peer-tls"}}},
+    "runtimed-wiring": {
+        "runtimed": {
+            "gatewayURL": "https://invoke.example.com:8443/kruntimes",
+            "gatewayCA": {"configMapName": "corp-ca"},
+            "peerTLS": {"enabled": True},
+        }
+    },
     "no-pdb": {"gateway": {"podDisruptionBudget": {"enabled": False}}},
     "pdb-max-unavailable": {"gateway": {"podDisruptionBudget": {"maxUnavailable": 1}}},
     "localkube": values_file(KRUNTIMES, "values-localkube.yaml"),
@@ -442,7 +449,63 @@ def test_peer_tls_mounts_the_secret_as_the_gateway_client_certificate() -> None:
         "volumes"
     ]
     with pytest.raises(RenderError, match="runtimed.peerTLS.secretName is required"):
-        kruntimes({"runtimed": {"peerTLS": {"enabled": True}}})
+        kruntimes({"runtimed": {"peerTLS": {"enabled": True, "secretName": ""}}})
+
+
+def _controlplane_wiring(docs: list[dict[str, Any]]) -> Any:
+    """The RuntimedWiring the chart's control-plane args produce (parsed by its real CLI)."""
+    from krt.controlplane.__main__ import main
+    from krt.controlplane.runtime_resources import RuntimedWiring
+
+    ctx = main.make_context("krt-controlplane", list(container(docs, "controlplane")["args"]))
+    return RuntimedWiring(
+        gateway_url=ctx.params["gateway_url"] or None,
+        gateway_ca_configmap=ctx.params["gateway_ca_configmap"] or None,
+        peer_tls_secret=ctx.params["peer_tls_secret"] or None,
+    )
+
+
+def test_controlplane_wires_runtimed_to_this_release_gateway_by_default() -> None:
+    from krt.controlplane.runtime_resources import RuntimedWiring
+
+    assert _controlplane_wiring(kruntimes()) == RuntimedWiring(
+        gateway_url=f"https://runtime-gateway.{NAMESPACE}.svc.cluster.local",
+        gateway_ca_configmap="kruntimes-gateway-ca",  # what `krt dev up` creates; optional
+        peer_tls_secret=None,  # peer mTLS is off unless enabled (gateway and runtimed agree)
+    )
+    # another release namespace: the published URL follows the gateway Service
+    other = _controlplane_wiring(kruntimes(namespace="platform"))
+    assert other.gateway_url == "https://runtime-gateway.platform.svc.cluster.local"
+    # and its port, when the Service is not on 443
+    port = _controlplane_wiring(kruntimes({"gateway": {"service": {"port": 8443}}}))
+    assert port.gateway_url == f"https://runtime-gateway.{NAMESPACE}.svc.cluster.local:8443"
+
+
+def test_controlplane_wiring_values_reach_its_args() -> None:
+    from krt.controlplane.runtime_resources import RuntimedWiring
+
+    docs = kruntimes(
+        {
+            "runtimed": {
+                "gatewayURL": "https://invoke.example.com",
+                "gatewayCA": {"configMapName": "corp-ca"},
+                "peerTLS": {"enabled": True, "secretName": "peer"},
+            }
+        }
+    )
+    assert _controlplane_wiring(docs) == RuntimedWiring(
+        gateway_url="https://invoke.example.com",
+        gateway_ca_configmap="corp-ca",
+        peer_tls_secret="peer",
+    )
+    # the gateway uses the same Secret to reach runtimed with mutual TLS
+    args = container(docs, "gateway")["args"]
+    assert arg_value(args, "--upstream-cert-file") == ["/etc/kruntimes/peer-tls/tls.crt"]
+    # no gateway and no URL: runtimed keeps its own default; no CA ConfigMap: none mounted
+    bare = _controlplane_wiring(
+        kruntimes({"gateway": {"enabled": False}, "runtimed": {"gatewayCA": {"configMapName": ""}}})
+    )
+    assert bare == RuntimedWiring()
 
 
 # ----------------------------------------------------------------------------- security
@@ -702,6 +765,15 @@ def test_runtimes_chart_rejects_bad_values_naming_the_field(
         (
             {"networkPolicy": {"enabled": "yes"}},
             "at '/networkPolicy/enabled': got string, want boolean",
+        ),
+        ({"runtimed": {"gatewayURL": "runtime-gateway:443"}}, "at '/runtimed/gatewayURL'"),
+        (
+            {"runtimed": {"gatewayCA": {"configMapName": "Corp_CA"}}},
+            "at '/runtimed/gatewayCA/configMapName'",
+        ),
+        (
+            {"runtimed": {"peerTLS": {"enabled": True, "secretName": "Peer TLS"}}},
+            "at '/runtimed/peerTLS/secretName'",
         ),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from krt.api.naming import DESIRED_HASH_ANNOTATION
 from krt.api.runtime import Runtime
 from krt.controlplane.runtime_resources import (
     RUNTIMED_RULES,
+    RuntimedWiring,
     desired_deployment,
     desired_objects,
     desired_role,
@@ -272,3 +274,152 @@ def test_status_without_pods_is_unavailable() -> None:
     assert available is not None
     assert available.status is ConditionStatus.FALSE
     assert available.reason == "DeploymentMissing"
+
+
+# ------------------------------------------------ installation wiring of runtimed (issue 8/9)
+
+WIRING = RuntimedWiring(
+    gateway_url="https://runtime-gateway.kruntimes-system.svc.cluster.local",
+    gateway_ca_configmap="kruntimes-gateway-ca",
+    peer_tls_secret="kruntimes-peer-tls",
+)
+
+
+def _pod_spec(wiring: RuntimedWiring | None) -> dict[str, Any]:
+    spec: dict[str, Any] = desired_deployment(make_runtime(), wiring)["spec"]["template"]["spec"]
+    return spec
+
+
+def test_without_wiring_runtimed_gets_no_gateway_or_peer_settings() -> None:
+    for wiring in (None, RuntimedWiring()):
+        spec = _pod_spec(wiring)
+        runtimed = next(c for c in spec["containers"] if c["name"] == "runtimed")
+        names = {e["name"] for e in runtimed["env"]}
+        assert not names & {
+            "RUNTIMED_GATEWAY_URL",
+            "RUNTIMED_GATEWAY_CA_FILE",
+            "RUNTIMED_PEER_TLS_DIR",
+        }
+        assert [v["name"] for v in spec["volumes"]] == ["workspace"]
+        assert [m["name"] for m in runtimed["volumeMounts"]] == ["workspace"]
+
+
+def test_wiring_reaches_runtimed_as_env_and_optional_read_only_volumes() -> None:
+    spec = _pod_spec(WIRING)
+    runtimed = next(c for c in spec["containers"] if c["name"] == "runtimed")
+    env = {e["name"]: e.get("value") for e in runtimed["env"]}
+    assert env["RUNTIMED_GATEWAY_URL"] == WIRING.gateway_url
+    assert env["RUNTIMED_GATEWAY_CA_FILE"] == "/etc/kruntimes/gateway-ca/ca.crt"
+    assert env["RUNTIMED_PEER_TLS_DIR"] == "/etc/kruntimes/peer-tls"
+    assert {
+        "name": "kruntimes-gateway-ca",
+        "mountPath": "/etc/kruntimes/gateway-ca",
+        "readOnly": True,
+    } in runtimed["volumeMounts"]
+    assert {
+        "name": "kruntimes-peer-tls",
+        "mountPath": "/etc/kruntimes/peer-tls",
+        "readOnly": True,
+    } in runtimed["volumeMounts"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["kruntimes-gateway-ca"]["configMap"] == {
+        "name": "kruntimes-gateway-ca",
+        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+        "optional": True,
+    }
+    assert volumes["kruntimes-peer-tls"]["secret"] == {
+        "secretName": "kruntimes-peer-tls",
+        "defaultMode": 0o444,
+        "optional": True,
+    }
+    # only runtimed sees the material: the Runtime Server container does not
+    runtime = next(c for c in spec["containers"] if c["name"] == "runtime")
+    assert {m["name"] for m in runtime["volumeMounts"]} == {"workspace"}
+
+
+def test_each_wiring_setting_alone_adds_only_its_own_part() -> None:
+    only_url = _pod_spec(RuntimedWiring(gateway_url="https://gw.example:8443"))
+    assert [v["name"] for v in only_url["volumes"]] == ["workspace"]
+    only_peer = _pod_spec(RuntimedWiring(peer_tls_secret="peer"))
+    assert [v["name"] for v in only_peer["volumes"]] == ["workspace", "kruntimes-peer-tls"]
+    runtimed = next(c for c in only_peer["containers"] if c["name"] == "runtimed")
+    assert "RUNTIMED_GATEWAY_CA_FILE" not in {e["name"] for e in runtimed["env"]}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"gateway_url": "https://other-gateway.example"},
+        {"gateway_ca_configmap": "other-ca"},
+        {"peer_tls_secret": "other-peer"},
+        {"peer_tls_secret": None},
+    ],
+)
+def test_changing_any_wiring_setting_rolls_the_pods(change: dict[str, Any]) -> None:
+    before = desired_deployment(make_runtime(), WIRING)
+    after = desired_deployment(make_runtime(), dataclasses.replace(WIRING, **change))
+    assert needs_update(before, after)
+    assert needs_update(after, before)
+    # and the same settings do not
+    assert not needs_update(before, desired_deployment(make_runtime(), WIRING))
+
+
+def test_desired_objects_pass_the_wiring_to_the_deployment() -> None:
+    deployment = desired_objects(make_runtime(), WIRING)[-1]
+    assert deployment["kind"] == "Deployment"
+    names = [v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]]
+    assert "kruntimes-peer-tls" in names
+    assert "kruntimes-gateway-ca" in names
+
+
+@pytest.mark.parametrize("name", ["kruntimes-gateway-ca", "kruntimes-peer-tls"])
+def test_template_volume_with_a_reserved_name_is_rejected(name: str) -> None:
+    data = runtime_dict()
+    data["spec"]["template"]["spec"]["volumes"] = [{"name": name, "emptyDir": {}}]
+    with pytest.raises(ValueError, match=f'"{name}" is reserved'):
+        desired_deployment(Runtime.from_dict(data), WIRING)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"gateway_url": "runtime-gateway:443"}, "gateway URL"),
+        ({"gateway_url": "https://gw.example/?q=1"}, "gateway URL"),
+        ({"gateway_ca_configmap": "Not_A_Name"}, "gateway CA ConfigMap name"),
+        ({"peer_tls_secret": "x" * 254}, "peer TLS Secret name"),
+        ({"peer_tls_secret": ""}, "peer TLS Secret name"),
+    ],
+)
+def test_bad_wiring_is_refused_naming_the_setting(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RuntimedWiring(**fields)
+
+
+def test_controlplane_cli_turns_flags_and_env_into_the_wiring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    import krt.controlplane.__main__ as cli
+
+    seen: list[Any] = []
+    monkeypatch.setattr(cli.trio, "run", lambda _fn, _kc, _ctx, config: seen.append(config))
+    monkeypatch.setattr(cli, "configure_logging", lambda level: None)
+    result = CliRunner().invoke(
+        cli.main,
+        ["--no-leader-elect", "--gateway-url", "https://gw.example:8443"],
+        env={
+            "KRT_CONTROLPLANE_GATEWAY_CA_CONFIGMAP": "gw-ca",
+            "KRT_CONTROLPLANE_PEER_TLS_SECRET": "peer",
+        },
+    )
+    assert result.exit_code == 0, result.output
+    assert seen[0].runtimed == RuntimedWiring(
+        gateway_url="https://gw.example:8443", gateway_ca_configmap="gw-ca", peer_tls_secret="peer"
+    )
+    default = CliRunner().invoke(cli.main, ["--no-leader-elect"], env={})
+    assert default.exit_code == 0, default.output
+    assert seen[1].runtimed == RuntimedWiring()
+    bad = CliRunner().invoke(cli.main, ["--peer-tls-secret", "Bad_Name"])
+    assert bad.exit_code == 2
+    assert "peer TLS Secret name 'Bad_Name'" in bad.output

@@ -102,6 +102,35 @@ def test_event_line_is_encoded_once_and_shared() -> None:
     assert b'"apiVersion":"v2"' in event.line("v2")
 
 
+def test_committed_encoding_is_reused_for_the_watch_line_and_the_response() -> None:
+    store = open_store(None)
+    with store.subscribe(None) as (_, channel):
+        created = store.create(key("a"), obj("a"))
+        event = channel.receive_nowait()
+    assert event.encoded == storage.encode(created)
+    assert store.encoded(created) is event.encoded
+    assert event.line() == b'{"type":"ADDED","object":' + event.encoded + b"}\n"
+    # only the object of the last write, by identity: an equal copy or an older one is not
+    assert store.encoded(dict(created)) is None
+    store.create(key("b"), obj("b"))
+    assert store.encoded(created) is None
+    deleted = store.delete(key("b"))
+    assert store.encoded(deleted) is None
+
+
+async def test_receive_batch_takes_every_queued_event_then_ends() -> None:
+    store = open_store(None)
+    with store.subscribe(None) as (_, channel):
+        for name in ("a", "b", "c"):
+            store.create(key(name), obj(name))
+        assert [e.key[2] for e in await storage.receive_batch(channel)] == ["a", "b", "c"]
+        store.create(key("d"), obj("d"))
+        store.close()  # closes the subscription: queued events first, then the end
+        assert [e.key[2] for e in await storage.receive_batch(channel)] == ["d"]
+        with pytest.raises(trio.EndOfChannel):
+            await storage.receive_batch(channel)
+
+
 def test_sqlite_survives_reopen_and_keeps_revisions(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.create(key("a"), obj("a"))

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from krt.cli.dev_certs import gateway_hosts, gateway_tls, peer_tls, tls_secret
+from gateway.targets import service_dns_name
+from krt.cli.dev_certs import gateway_hosts, gateway_tls, peer_hosts, peer_tls, tls_secret
 
 NS = "kruntimes-system"
 
@@ -112,7 +113,7 @@ def test_bad_hosts_are_refused_before_anything_is_written(tmp_path: Path) -> Non
 
 
 def test_peer_pair_has_its_own_ca_and_the_secret_carries_all_three_files(tmp_path: Path) -> None:
-    peer = peer_tls(tmp_path)
+    peer = peer_tls(tmp_path, ["default"])
     gateway = gateway_tls(tmp_path, gateway_hosts(NS, None))
     assert peer.ca != gateway.ca
     secret = tls_secret("kruntimes-peer-tls", "default", peer)
@@ -127,3 +128,39 @@ def test_peer_pair_has_its_own_ca_and_the_secret_carries_all_three_files(tmp_pat
     cert = x509.load_pem_x509_certificate(peer.cert)
     usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert x509.ExtendedKeyUsageOID.CLIENT_AUTH in usages  # usable as the mTLS client side
+
+
+def test_peer_certificate_names_every_runtime_service_the_gateway_dials(tmp_path: Path) -> None:
+    assert peer_hosts(["default", "team-a"]) == [
+        "runtimed.kruntimes.peer",
+        "*.default.svc",
+        "*.default.svc.cluster.local",
+        "*.team-a.svc",
+        "*.team-a.svc.cluster.local",
+    ]
+    peer = peer_tls(tmp_path, ["default"])
+    assert "*.default.svc" in sans(peer.cert)
+    # the gateway verifies the Runtime Service's name (gateway.targets): a real handshake
+    # with hostname checking, as the gateway's upstream context does it
+    name = service_dns_name("default", "python")
+    assert name == "runtime-python.default.svc"
+    handshake(peer.cert, peer.key, peer.ca, tmp_path, name)
+    handshake(peer.cert, peer.key, peer.ca, tmp_path, f"{name}.cluster.local")
+    # another namespace's Service is not covered: verification fails, it is not skipped
+    with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
+        handshake(peer.cert, peer.key, peer.ca, tmp_path, service_dns_name("other", "python"))
+
+
+def test_peer_leaf_is_reissued_when_the_namespaces_change(tmp_path: Path) -> None:
+    first = peer_tls(tmp_path, ["default"])
+    assert peer_tls(tmp_path, ["default"]).cert == first.cert  # kept on a re-run
+    wider = peer_tls(tmp_path, ["default", "team-a"])
+    assert wider.cert != first.cert
+    assert wider.ca == first.ca
+    assert "*.team-a.svc" in sans(wider.cert)
+
+
+def test_a_wildcard_must_be_the_whole_leftmost_label(tmp_path: Path) -> None:
+    for bad in ("*.svc", "a*.default.svc", "x.*.svc"):
+        with pytest.raises(ValueError, match="neither an IP address nor a DNS name"):
+            gateway_tls(tmp_path, [bad])

@@ -8,7 +8,13 @@ import pytest
 import render_dev_manifests
 
 from krt.cli.dev_apply import KIND_REFS, load_manifests
-from krt.cli.dev_install import GATEWAY_TLS_SECRET, RUNTIMES_NAMESPACE, SYSTEM_NAMESPACE
+from krt.cli.dev_install import (
+    GATEWAY_CA_CONFIGMAP,
+    GATEWAY_TLS_SECRET,
+    PEER_TLS_SECRET,
+    RUNTIMES_NAMESPACE,
+    SYSTEM_NAMESPACE,
+)
 
 try:
     import helm_python  # noqa: F401
@@ -41,6 +47,8 @@ def test_rendering_constants_agree_with_the_installer() -> None:
     assert render_dev_manifests.SYSTEM_NAMESPACE == SYSTEM_NAMESPACE
     assert render_dev_manifests.RUNTIMES_NAMESPACE == RUNTIMES_NAMESPACE
     assert render_dev_manifests.GATEWAY_TLS_SECRET == GATEWAY_TLS_SECRET
+    assert render_dev_manifests.PEER_TLS_SECRET == PEER_TLS_SECRET
+    assert render_dev_manifests.GATEWAY_CA_CONFIGMAP == GATEWAY_CA_CONFIGMAP
 
 
 def test_manifest_set_holds_what_the_install_promises() -> None:
@@ -72,3 +80,32 @@ def test_manifest_set_holds_what_the_install_promises() -> None:
     assert sorted(d["metadata"]["name"] for d in runtimes) == ["bash", "python"]
     assert {d["metadata"]["namespace"] for d in runtimes} == {RUNTIMES_NAMESPACE}
     assert all(d["spec"]["replicas"] == 1 for d in runtimes)
+
+
+def test_dev_install_wires_runtimed_to_the_material_it_creates() -> None:
+    """The control plane tells every Runtime Pod's runtimed where the gateway is and mounts
+    the gateway CA ConfigMap and peer TLS Secret the installer creates; the gateway talks
+    mTLS to runtimed with the same Secret."""
+    from krt.controlplane.__main__ import main as controlplane_main
+    from krt.controlplane.runtime_resources import RuntimedWiring
+
+    kruntimes = load_manifests("kruntimes")
+    deployments = {d["metadata"]["name"]: d for d in kruntimes if d["kind"] == "Deployment"}
+    (cp,) = deployments["krt-kruntimes-controlplane"]["spec"]["template"]["spec"]["containers"]
+    ctx = controlplane_main.make_context("krt-controlplane", list(cp["args"]))
+    wiring = RuntimedWiring(
+        gateway_url=ctx.params["gateway_url"],
+        gateway_ca_configmap=ctx.params["gateway_ca_configmap"],
+        peer_tls_secret=ctx.params["peer_tls_secret"],
+    )
+    assert wiring == RuntimedWiring(
+        gateway_url=f"https://runtime-gateway.{SYSTEM_NAMESPACE}.svc.cluster.local",
+        gateway_ca_configmap=GATEWAY_CA_CONFIGMAP,
+        peer_tls_secret=PEER_TLS_SECRET,
+    )
+    gateway = deployments["krt-kruntimes-gateway"]["spec"]["template"]["spec"]
+    assert {
+        "name": "peer-tls",
+        "secret": {"secretName": PEER_TLS_SECRET, "defaultMode": 0o440},
+    } in gateway["volumes"]
+    assert any(a.startswith("--upstream-ca-file=") for a in gateway["containers"][0]["args"])

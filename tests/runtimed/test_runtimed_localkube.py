@@ -148,9 +148,16 @@ async def test_restarts_of_runtimed_and_of_the_runtime_server(tmp_path: Path) ->
         assert finished["status"]["outputs"] == {"done": "1"}
         assert (workspace / "once.log").read_text() == "run\n"
 
-        # killing the Runtime Server mid-execution: ExecutionLost, then a retry
+        # killing the Runtime Server mid-execution: ExecutionLost, then a retry; the first
+        # attempt's process (its own session, a clean environment) dies with the container,
+        # as it would with the container's PID namespace on a real node
         await wait_runtime_ready(kube, "bash", 1)
-        lost = "echo run >> ../../../lost.log\nsleep 1.5\n"
+        lost = (
+            "echo run >> ../../../lost.log\n"
+            'if [ "$(wc -l < ../../../lost.log)" -eq 1 ]; then\n'
+            "  echo $$ > ../../../lost.pid; exec sleep 60\n"
+            "fi\n"
+        )
         await kube.create(
             RUNS,
             task_run("lost", "bash", lost, retryPolicy={"maxAttempts": 2, "backoff": "100ms"}),
@@ -159,7 +166,10 @@ async def test_restarts_of_runtimed_and_of_the_runtime_server(tmp_path: Path) ->
             while not (workspace / "lost.log").exists():  # noqa: ASYNC110
                 await trio.sleep(0.05)
         await trio.sleep(0.5)  # let runtimed observe the execution
+        first_attempt = int((workspace / "lost.pid").read_text())
+        assert alive(first_attempt)
         os.kill(container_pid(root, "runtime"), signal.SIGKILL)
+        assert await gone(first_attempt), "the task outlived its Runtime Server container"
         reasons: set[str] = set()
         with trio.fail_after(60):
             while True:

@@ -655,3 +655,104 @@ def test_rleg_delay_stays_bounded_after_any_number_of_quiet_polls() -> None:
     assert rleg_delay(tasks_module.RLEG_FAST_POLLS + 2, fastest=0.01, slowest=0.2) == 0.04
     for quiet in (1_030, 5_000, 10**6):
         assert rleg_delay(quiet, fastest=0.01, slowest=0.2) == 0.2
+
+
+# -- issue 6: RLEG pacing under a burst, the per-Run stage timeline ---------------------------
+
+
+def _list_starts(h: Harness, *, answer_after: float = 0.0) -> list[float]:
+    """Record the virtual time of every RLEG ``List`` (answered after ``answer_after`` s)."""
+    starts: list[float] = []
+    original = h.server.list
+
+    async def timed_list() -> dict[str, Any]:
+        starts.append(trio.current_time())
+        await trio.sleep(answer_after)
+        return await original()
+
+    h.server.list = timed_list  # type: ignore[method-assign]
+    return starts
+
+
+async def test_a_burst_of_starts_never_polls_list_faster_than_the_floor(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    """Every start and every observation wakes the RLEG; a burst of them must not become a
+    List per wake-up: polls stay ``rleg_min_period`` apart."""
+    async with harness(tmp_path, start=False) as h:
+        starts = _list_starts(h)
+        await h.start(TaskTimings(rleg_period=0.2, rleg_min_period=0.01, sweep_period=60.0))
+        starts.clear()  # the start-up sweep's List is not the RLEG's
+        h.server.default = Program(seconds=0.5)
+        keys = [h.create(name=f"burst{i}") for i in range(25)]
+        for key in keys:
+            assert (await h.wait_phase(key, "Succeeded", "Failed"))["phase"] == "Succeeded"
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        assert len(starts) >= 3
+        assert min(gaps) >= 0.01 - 1e-9, sorted(gaps)[:5]
+
+
+async def test_a_slow_list_is_polled_at_most_half_of_the_time(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    """A List that takes 50 ms (a loaded server) is followed by at least 50 ms of quiet."""
+    async with harness(tmp_path, start=False) as h:
+        starts = _list_starts(h, answer_after=0.05)
+        await h.start(TaskTimings(rleg_period=0.2, rleg_min_period=0.01, sweep_period=60.0))
+        starts.clear()  # the start-up sweep's List is not the RLEG's
+        h.server.default = Program(seconds=1.0)
+        keys = [h.create(name=f"slow{i}") for i in range(5)]
+        for key in keys:
+            assert (await h.wait_phase(key, "Succeeded", "Failed"))["phase"] == "Succeeded"
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        assert len(starts) >= 3
+        assert min(gaps) >= 0.1 - 1e-9, sorted(gaps)[:5]
+
+
+async def test_the_terminal_log_line_carries_the_stage_timeline(
+    tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``task succeeded`` names the Run and how long each lifecycle stage took (ms), so
+    bench/task_runs.py can break the latency down; the informer delivery time is there too."""
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=2.0)
+        key = h.create()
+        await h.wait_phase(key, "Succeeded", "Failed")
+        uid = uid_of(h, key)
+        (line,) = [
+            r
+            for r in caplog.records
+            if r.name == "runtimed.task" and r.getMessage() == "task succeeded"
+        ]
+        assert line.__dict__["run_uid"] == uid
+        stages = line.__dict__["stages_ms"]
+        assert list(stages) == [
+            "seen->claimed",
+            "claimed->prepared",
+            "prepared->start",
+            "start->executed",
+            "executed->finished",
+            "finished->completed",
+        ]
+        # the fake execution runs 2 s of (virtual, wall-linked) time: it is in one stage
+        assert 2000.0 <= stages["executed->finished"] <= 2300.0
+        assert isinstance(line.__dict__["seen_at"], float)
+        assert h.lifecycle is not None
+        await h.wait_for(lambda: h.lifecycle is not None and h.lifecycle.local(uid) is None)
+
+
+async def test_a_failed_run_logs_its_timeline_on_the_failure_line(
+    tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=0.5, exit_code=2, stderr="bad\n")
+        key = h.create()
+        await h.wait_phase(key, "Failed", "Succeeded")
+        (line,) = [
+            r
+            for r in caplog.records
+            if r.name == "runtimed.task" and r.getMessage().startswith("task failed")
+        ]
+        assert "finished->completed" in line.__dict__["stages_ms"]

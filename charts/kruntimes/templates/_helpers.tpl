@@ -81,6 +81,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* The gateway base URL runtimed publishes: runtimed.gatewayURL, else this release's gateway Service (empty without a gateway). */}}
+{{- define "kruntimes.runtimed.gatewayURL" -}}
+{{- if .Values.runtimed.gatewayURL -}}
+{{- .Values.runtimed.gatewayURL -}}
+{{- else if .Values.gateway.enabled -}}
+{{- printf "https://%s.%s.svc.cluster.local" (include "kruntimes.gateway.serviceName" .) .Release.Namespace -}}
+{{- if ne (int .Values.gateway.service.port) 443 -}}:{{ .Values.gateway.service.port }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Fail early on value combinations that cannot work (single values: values.schema.json). */}}
 {{- define "kruntimes.validate" -}}
 {{- if and .Values.runtimed.peerTLS.enabled (not .Values.runtimed.peerTLS.secretName) -}}

@@ -9,8 +9,12 @@ generates, per state directory, two private CAs with trustme (already a dependen
   through ``status.endpoint.caBundle``; it signs nothing else, so trusting it never means
   trusting the API server (localkube's own CA stays separate).
 * **peer CA** (``<state>/kruntimes/peer-ca/``): signs the one certificate every runtimed and
-  the gateway share for peer mTLS (``runtimed.dataplane.peer``: the dedicated CA is the
-  identity, host names are not checked on the peer hop).
+  the gateway share for peer mTLS. The gateway dials a Runtime's Service by name
+  (``runtime-<runtime>.<namespace>.svc``, :func:`gateway.targets.service_dns_name`) and
+  verifies that name, so the certificate carries ``*.<ns>.svc`` and
+  ``*.<ns>.svc.cluster.local`` for every Runtime namespace (:func:`peer_hosts`); the
+  runtimed-to-runtimed hop dials Pod IPs and checks the CA only (``runtimed.dataplane.peer``:
+  the dedicated CA is the identity there).
 
 Every file is kept, so a re-run (or a restarted cluster) keeps the same CAs and the
 caBundles published before stay valid. A leaf is re-issued only when its names change (the
@@ -38,6 +42,7 @@ __all__ = [
     "TlsPair",
     "gateway_hosts",
     "gateway_tls",
+    "peer_hosts",
     "peer_tls",
     "tls_secret",
 ]
@@ -95,13 +100,35 @@ def gateway_tls(state_dir: Path, hosts: list[str]) -> TlsPair:
     return _pair(state_dir / "kruntimes", "gateway", hosts)
 
 
-def peer_tls(state_dir: Path) -> TlsPair:
+def peer_hosts(namespaces: list[str]) -> list[str]:
+    """Names the shared peer certificate covers.
+
+    Args:
+        namespaces: the namespaces whose Runtimes' Services the gateway dials.
+
+    Returns:
+        :data:`PEER_IDENTITY`, then ``*.<ns>.svc`` and ``*.<ns>.svc.cluster.local`` per
+        namespace: every ``runtime-<runtime>.<ns>.svc`` name the gateway verifies.
+    """
+    hosts = [PEER_IDENTITY]
+    for namespace in namespaces:
+        hosts += [f"*.{namespace}.svc", f"*.{namespace}.svc.cluster.local"]
+    return hosts
+
+
+def peer_tls(state_dir: Path, namespaces: list[str]) -> TlsPair:
     """The shared runtimed/gateway peer mTLS certificate, from the dev cluster's peer CA.
 
+    Args:
+        state_dir: the dev cluster's state directory.
+        namespaces: the Runtimes' namespaces (see :func:`peer_hosts`); an existing leaf
+            for other names is re-issued.
+
     Raises:
+        ValueError: a namespace that is not a DNS label.
         OSError: the files cannot be read or written.
     """
-    return _pair(state_dir / "kruntimes", "peer", [PEER_IDENTITY])
+    return _pair(state_dir / "kruntimes", "peer", peer_hosts(namespaces))
 
 
 def tls_secret(name: str, namespace: str, pair: TlsPair) -> dict[str, Any]:
@@ -152,6 +179,8 @@ def _check_host(host: str) -> None:
     except ValueError:
         pass
     labels = host.split(".")
+    if labels[0] == "*" and len(labels) > 2:
+        labels = labels[1:]  # a wildcard for one leftmost label (RFC 6125)
     if not host or len(host) > 253 or not all(_dns_label(label) for label in labels):
         raise ValueError(f"certificate host {host!r} is neither an IP address nor a DNS name")
 

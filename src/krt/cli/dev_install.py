@@ -8,9 +8,12 @@ What is installed, in dependency order (each step idempotent, :mod:`krt.cli.dev_
 3. TLS material (:mod:`krt.cli.dev_certs`): the ``runtime-gateway-tls`` Secret, signed by
    the dev gateway CA for the Service's DNS names and its ClusterIP (known once the Service
    exists); the peer mTLS Secret ``kruntimes-peer-tls`` (``tls.crt``, ``tls.key``,
-   ``ca.crt``) in ``kruntimes-system`` and in the Runtimes' namespace; and, in the Runtimes'
-   namespace, the ConfigMap ``kruntimes-gateway-ca`` (``ca.crt``: the gateway CA, what
-   runtimed publishes as ``status.endpoint.caBundle``, its ``--gateway-ca-file``);
+   ``ca.crt``; valid for the Runtimes' Service names the gateway dials) in
+   ``kruntimes-system`` (the gateway's client certificate) and in the Runtimes' namespace;
+   and, in the Runtimes' namespace, the ConfigMap ``kruntimes-gateway-ca`` (``ca.crt``: the
+   gateway CA, what runtimed publishes as ``status.endpoint.caBundle``). The chart's control
+   plane mounts both into every Runtime Pod's runtimed (``--gateway-ca-configmap``,
+   ``--peer-tls-secret``), so they exist before the first Runtime Pod starts;
 4. the control plane and gateway Deployments (their Secret exists, so the Pods start at once);
 5. the kruntimes-runtimes chart: the built-in ``python`` and ``bash`` Runtimes in
    ``default``, which the control plane turns into warm Runtime Pods.
@@ -215,7 +218,7 @@ async def install(
         gateway_pair = await trio.to_thread.run_sync(
             gateway_tls, state_dir, gateway_hosts(SYSTEM_NAMESPACE, cluster_ip)
         )
-        peer_pair = await trio.to_thread.run_sync(peer_tls, state_dir)
+        peer_pair = await trio.to_thread.run_sync(peer_tls, state_dir, [RUNTIMES_NAMESPACE])
         changed = await apply(tls_secret(GATEWAY_TLS_SECRET, SYSTEM_NAMESPACE, gateway_pair))
         for namespace in (SYSTEM_NAMESPACE, RUNTIMES_NAMESPACE):
             await apply(tls_secret(PEER_TLS_SECRET, namespace, peer_pair))

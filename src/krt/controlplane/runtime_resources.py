@@ -267,8 +267,10 @@ def wiring_volumes(wiring: RuntimedWiring | None) -> list[dict[str, Any]]:
 
     Both are ``optional: true``: a Pod whose namespace lacks the ConfigMap or Secret still
     starts (runtimed then warns and runs without ``caBundle`` / peer TLS) instead of hanging
-    in ``ContainerCreating``. Only the ``ca.crt`` key of the ConfigMap is projected; the
-    Secret's files are readable by the owner and group only (0440).
+    in ``ContainerCreating``. Only the ``ca.crt`` key of the ConfigMap is projected. The
+    Secret's files are read-only (0444) rather than 0440: a Runtime template need not set
+    ``fsGroup``, and only the runtimed container mounts the volume (the Runtime Server
+    container, which runs function code, does not).
     """
     wiring = wiring or RuntimedWiring()
     volumes: list[dict[str, Any]] = []
@@ -289,7 +291,7 @@ def wiring_volumes(wiring: RuntimedWiring | None) -> list[dict[str, Any]]:
                 "name": PEER_TLS_VOLUME,
                 "secret": {
                     "secretName": wiring.peer_tls_secret,
-                    "defaultMode": 0o440,
+                    "defaultMode": 0o444,
                     "optional": True,
                 },
             }

@@ -149,6 +149,8 @@ class GrpcConnection:
         )
         self._calls: dict[int, _Call] = {}
         self._wake = trio.Event()
+        #: bytes the reader took from h2 (acks, window updates) for the writer to send first
+        self._pending = bytearray()
         self._accepting = True
         self._closed = trio.Event()
         self._cancel_scope: trio.CancelScope | None = None
@@ -225,6 +227,9 @@ class GrpcConnection:
     async def _writer(self) -> None:
         while True:
             data = self._h2.data_to_send()
+            if self._pending:
+                data = bytes(self._pending) + data
+                self._pending.clear()
             if data:
                 await self._stream.send_all(data)
                 continue
@@ -240,7 +245,13 @@ class GrpcConnection:
             events = self._h2.receive_data(data)
             for event in events:
                 self._dispatch(event)
-            self._flush()
+            # wake the writer only when h2 has something to answer (SETTINGS/PING acks,
+            # window updates): most reads (a response) need no answer, and a needless wakeup
+            # costs a scheduler pass per response
+            reply = self._h2.data_to_send()
+            if reply:
+                self._pending += reply
+                self._flush()
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, WindowUpdated):

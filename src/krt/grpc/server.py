@@ -51,6 +51,7 @@ from purerpc.wrappers import (
     call_server_stream_unary,
     call_server_unary_stream,
     call_server_unary_unary,
+    extract_message_from_singleton_stream,
 )
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,9 @@ class CallHandler:
             calls.pop(stream.stream_id, None)
 
     async def _dispatch(self, stream: GRPCProtoStream) -> None:
-        await stream.start_response()
+        # The response headers are not sent up front: a unary call's headers, message and
+        # trailers leave together in one write (see _call_unary_unary), and an error's
+        # headers go out with its trailers (_close). The frames are the same as purerpc's.
         event = await stream.receive_event()
         if not isinstance(event, RequestReceived):
             await _close(stream, Status(StatusCode.INTERNAL, "expected request headers"))
@@ -216,6 +219,11 @@ class CallHandler:
             await _close(stream, status)
 
 
+def _response_started(stream: GRPCProtoStream) -> bool:
+    """Whether the response headers of ``stream`` were queued (purerpc's stream state)."""
+    return bool(getattr(stream, "_response_started", True))
+
+
 def _describe(exc: BaseException) -> str:
     """``Type: message`` of ``exc``, or of the exceptions inside an exception group."""
     if isinstance(exc, BaseExceptionGroup):
@@ -231,7 +239,11 @@ async def _run_method(
 ) -> Status | None:
     """Run one method; return the error status to send, or None when it answered itself."""
     try:
-        await _CALLERS[signature.cardinality](method_fn, stream)
+        if signature.cardinality is Cardinality.UNARY_UNARY:
+            await _call_unary_unary(method_fn, stream)
+        else:
+            await stream.start_response()
+            await _CALLERS[signature.cardinality](method_fn, stream)
     except RpcFailedError as error:
         return Status(error.status.status_code, error.status.status_message)
     except DecodeError as error:
@@ -245,10 +257,30 @@ async def _run_method(
     return None
 
 
+async def _call_unary_unary(method_fn: Callable[[Any], Any], stream: GRPCProtoStream) -> None:
+    """Read the one request, run the method, then answer in one go.
+
+    Response headers, the message and the OK trailers are queued with no checkpoint in
+    between, so the connection's writer sends them in one write (one packet, one wakeup of
+    the client) instead of sending the headers first and the rest later.
+    """
+    request = await extract_message_from_singleton_stream(stream)
+    response = await method_fn(request)
+    await stream.start_response()
+    await stream.send_message(response)
+    await stream.close(Status(StatusCode.OK))
+
+
 async def _close(stream: GRPCProtoStream, status: Status) -> None:
-    """Send ``status`` as the trailers of ``stream`` (message bounded); a dead stream is ignored."""
+    """Send ``status`` as the trailers of ``stream`` (message bounded); a dead stream is ignored.
+
+    A response not started yet gets its headers here, just before the trailers (so the
+    client sees headers then trailers, as purerpc sends them, in one write).
+    """
     bounded = Status(status.status_code, fit_status_message(status.status_message or ""))
     try:
+        if not _response_started(stream):
+            await stream.start_response()
         await stream.close(bounded)
     except (GRPCError, h2.exceptions.ProtocolError, TypeError):
         # reset or already closed by the peer: nobody is left to tell.

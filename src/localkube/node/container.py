@@ -8,7 +8,11 @@ change calls ``on_change()`` so the Pod worker writes the Pod status. The proces
       _run_once()                  one process (one run = one log file)
         pump stdout / stderr       -> logs/<container>/<restartCount>.log (CRI format)
         probes                     startup, readiness, liveness
-        stop watcher               SIGTERM -> grace -> SIGKILL of the process group
+        stop watcher               SIGTERM -> grace -> SIGKILL of the container
+
+Each run is started under a container init (:mod:`localkube.node.container_init`), a child
+subreaper that, when the main process ends, kills every process the container started,
+those in sessions of their own included (as a container's PID namespace would).
 
 Kubernetes rules implemented: exit code ``128 + signal`` for a signalled process with
 ``reason`` Error (Completed for 0); a failed liveness probe kills and restarts the
@@ -42,6 +46,7 @@ from localkube.node.podstatus import ContainerObservation
 from localkube.node.probes import ProbeConfigError, ProbeTiming, ProbeTracker, run_probe
 from localkube.node.process import (
     CONTAINER_MARK_ENV,
+    ContainerProcess,
     PidRecord,
     kill_marked,
     open_container_process,
@@ -113,7 +118,7 @@ class ContainerRunner:
         self.log_limits = log_limits or LogLimits()
         self.stop_request: StopRequest | None = None
         self._stop_event = trio.Event()
-        self._pgid: int | None = None
+        self._process: ContainerProcess | None = None
         self.finished = trio.Event()
 
     def request_stop(self, grace: float, reason: str = "") -> None:
@@ -210,7 +215,7 @@ class ContainerRunner:
         self.record("Normal", "Created", f"Created container {self.name}")
         mark = f"{self.paths.root.name}/{self.name}/{self.obs.restart_count}"
         try:
-            proc = await open_container_process(
+            container = await open_container_process(
                 argv, env={**env, CONTAINER_MARK_ENV: mark}, cwd=self.paths.workspace
             )
         except OSError as exc:
@@ -237,10 +242,12 @@ class ContainerRunner:
                 started=False,
             )
             return 128
-        self._pgid = proc.pid
+        proc = container.init
+        self._process = container
+        main_pid = container.main_pid
         self.record("Normal", "Started", f"Started container {self.name}")
         await trio.to_thread.run_sync(
-            PidRecord(proc.pid, proc.pid, start_ticks(proc.pid), mark).write,
+            PidRecord(main_pid, container.pgid, start_ticks(main_pid), mark).write,
             self.paths.pid_file(self.name),
         )
         has_readiness = "readinessProbe" in self.spec
@@ -253,7 +260,7 @@ class ContainerRunner:
             finished_at=None,
             exit_code=None,
             signal=None,
-            pid=proc.pid,
+            pid=main_pid,
             ready=not has_readiness and not has_startup,
             started=not has_startup,
             ever_started=True,
@@ -262,8 +269,9 @@ class ContainerRunner:
             return await self._supervise(proc, log_path, env, started, mark)
         finally:
             if proc.returncode is None:
-                # cancelled (node shutdown after its grace): never leave the group behind
-                signal_group(proc.pid, signal.SIGKILL)
+                # cancelled (node shutdown after its grace): never leave a process behind;
+                # the init, left alive, takes down the descendants in other sessions
+                container.kill()
                 kill_marked(mark)  # short procfs scan; no await while cancelled
 
     async def _supervise(
@@ -284,8 +292,8 @@ class ContainerRunner:
                     await proc.wait()
                     exited.set()
                     watchers.cancel_scope.cancel()
-                # the container ended: its remaining processes go with it, those that
-                # left its process group (setsid) included
+                # the container ended: its init killed every descendant before exiting;
+                # the group and the mark are backstops (an init killed from outside)
                 signal_group(proc.pid, signal.SIGKILL)
                 await trio.to_thread.run_sync(kill_marked, mark)
                 # a descendant that escaped both (clean environment) may still hold the
@@ -295,7 +303,7 @@ class ContainerRunner:
         code, sig = (rc, None) if rc >= 0 else (128 - rc, -rc)
         await trio.Path(log_path.with_suffix(".exited")).touch()
         await trio.Path(self.paths.pid_file(self.name)).unlink(missing_ok=True)
-        self._pgid = None
+        self._process = None
         reason = "Completed" if code == 0 else "Error"
         self._set(
             state="terminated",
@@ -329,14 +337,15 @@ class ContainerRunner:
             await logf.write(encode_records(name, pending, now=time.time()))
 
     async def _terminate(self, grace: float, exited: trio.Event) -> None:
-        pgid = self._pgid
-        if pgid is None:
+        container = self._process
+        if container is None:
             return
         self.record("Normal", "Killing", f"Stopping container {self.name}")
-        signal_group(pgid, signal.SIGTERM)
+        signal_group(container.pgid, signal.SIGTERM)
         with trio.move_on_after(grace):
             await exited.wait()
-        signal_group(pgid, signal.SIGKILL)
+        if not exited.is_set():
+            container.kill()  # the init takes down the rest, then exits
 
     async def _stop_watcher(self, exited: trio.Event) -> None:
         await self._stop_event.wait()

@@ -1,33 +1,42 @@
-"""Container processes: one process group per container run, with pid files.
+"""Container processes: one init, one process group and one session per container run.
 
-Each container runs as the leader of a new session (``start_new_session``), so the
-container and everything it spawns form one process group that the node signals as a
-whole: ``SIGTERM`` to the group, then ``SIGKILL`` to the group after the grace period. The
-pid file (``<pod-root>/run/<container>.pid``) records pid, process group and the process's
-start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), so a later
-``krt dev down`` or node start can kill a group left behind by a crashed node without ever
-signalling a reused pid.
+Each container run is started under its own init (:mod:`localkube.node.container_init`) as
+the leader of a new session (``start_new_session``); the init starts the container's main
+process in the same process group, so the node signals the container as a whole:
+``SIGTERM`` to the group, then ``SIGKILL`` after the grace period. The pid file
+(``<pod-root>/run/<container>.pid``) records the main process's pid, the group (the init's
+pid) and the main process's start time in clock ticks since boot (``/proc/<pid>/stat``
+field 22), so a later ``krt dev down`` or node start can kill a group left behind by a
+crashed node without ever signalling a reused pid.
 
 A process group does not hold everything a container starts: a descendant may call
-``setsid`` (a daemon) and leave it. On Kubernetes the container's cgroup still takes it
-down; here every container run gets a unique mark in its environment
-(``KRT_CONTAINER_RUN=<pod-dir>/<container>/<run>``), which descendants inherit, and the
-node kills the processes carrying the mark when the run ends (and ``krt dev down`` after
-a crash, from the mark in the pid file). A descendant that clears its environment
-escapes this; it is the one known gap.
+``setsid`` (a daemon, or a Runtime Server's task) and leave it. On Kubernetes the
+container's PID namespace and cgroup still take it down. Here the init is a child
+subreaper: orphaned descendants are re-parented to it, and when the main process exits it
+SIGKILLs every descendant left, whatever its session or environment. To stop a container
+for good the node SIGKILLs the main process and every other group member but the init,
+which then takes the rest down and exits like the main process did. As a second line, every
+container run also carries a mark in its environment
+(``KRT_CONTAINER_RUN=<pod-dir>/<container>/<run>``), which descendants inherit unless they
+clear their environment; ``krt dev down`` after a crashed node (when the init may be gone
+too) kills the processes carrying it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+
+from localkube.node import container_init
 
 #: Environment variable marking every process of one container run (inherited).
 CONTAINER_MARK_ENV = "KRT_CONTAINER_RUN"
@@ -181,10 +190,46 @@ def kill_leftover_groups(pod_roots_dir: Path) -> list[int]:
     return killed
 
 
+@dataclass(frozen=True)
+class ContainerProcess:
+    """A running container: its init (the process the node waits for) and its main process.
+
+    Attributes:
+        init: the init process (:mod:`localkube.node.container_init`); its pid is the
+            container's process group, and it exits the way the main process did once every
+            other process of the container is gone. Its stdout/stderr are the container's.
+        main_pid: the container's main process (what the image runs; ``containerID``).
+    """
+
+    init: trio.Process
+    main_pid: int
+
+    @property
+    def pgid(self) -> int:
+        """The container's process group (the init's pid)."""
+        return self.init.pid
+
+    def kill(self) -> None:
+        """SIGKILL the main process and every other member of the group except the init.
+
+        The init then SIGKILLs the descendants that left the group (their own sessions) and
+        exits; killing it too would orphan them. Synchronous (safe while cancelled).
+        """
+        for pid in [self.main_pid, *group_members(self.pgid)]:
+            if pid == self.init.pid:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+
+
 async def open_container_process(
     argv: list[str], *, env: Mapping[str, str], cwd: Path
-) -> trio.Process:
-    """Start ``argv`` as the leader of a new process group with stdout/stderr piped.
+) -> ContainerProcess:
+    """Start ``argv`` under a container init, as a new session, with stdout/stderr piped.
+
+    Waits until the init reports the main process started (milliseconds).
 
     Args:
         argv: program and arguments; a bare program name is looked up on ``env["PATH"]``.
@@ -192,14 +237,42 @@ async def open_container_process(
         cwd: working directory.
 
     Raises:
-        OSError: if the program cannot be executed (FileNotFoundError, PermissionError).
+        OSError: if the program cannot be executed (FileNotFoundError, PermissionError, with
+            the errno the init saw), or the init did not start.
     """
-    return await trio.lowlevel.open_process(
-        argv,
-        env=dict(env),
-        cwd=str(cwd),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    read_fd, write_fd = os.pipe()
+    try:
+        init = await trio.lowlevel.open_process(
+            [sys.executable, "-I", "-S", container_init.__file__, str(write_fd), *argv],
+            env=dict(env),
+            cwd=str(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(write_fd,),
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    report = b""
+    try:
+        async with trio.lowlevel.FdStream(read_fd) as stream:
+            while chunk := await stream.receive_some(4096):
+                report += chunk
+    except BaseException:  # cancelled before the report: leave nothing running
+        signal_group(init.pid, signal.SIGKILL)
+        raise
+    words = report.decode(errors="replace").split(maxsplit=2)
+    if len(words) >= 2 and words[0] == "pid" and words[1].isdigit():
+        return ContainerProcess(init, int(words[1]))
+    await init.wait()  # it exits at once: the program could not be started
+    for pipe in (init.stdout, init.stderr):
+        if pipe is not None:
+            await pipe.aclose()
+    if len(words) >= 2 and words[0] == "error" and words[1].isdigit():
+        code = int(words[1]) or errno.ENOEXEC
+        raise OSError(code, words[2] if len(words) > 2 else os.strerror(code), argv[0])
+    raise OSError(errno.ECHILD, f"the container init exited without starting {argv[0]!r}")

@@ -14,6 +14,15 @@ presents the same certificate and trusts only ``ca.crt``. Host names are not che
 peer hop: every runtimed shares the Secret's certificate and is dialled by Pod IP, so the
 dedicated installation CA is the identity, and the owner further fences the hop on its own
 Pod UID, Run UID and attempt.
+
+The gateway, by contrast, dials the Runtime's Service name (``runtime-<rt>.<ns>.svc``) and
+checks it against the certificate, so the shared certificate must name it (for example a
+``*.<ns>.svc`` DNS name per Runtime namespace; ``krt dev up`` issues that).
+
+The Secret is mounted ``optional: true`` by the control plane, so at start the directory
+may exist empty (the Secret is not created yet) or be absent: :func:`peer_tls_present`
+tells that case (runtimed then warns and serves plaintext without hops) from a Secret that
+lacks some of the files (an error).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ __all__ = [
     "PeerTLSError",
     "connection_has_verified_peer",
     "load_peer_tls",
+    "peer_tls_present",
     "peer_verified",
     "reset_peer_verified",
     "set_peer_verified",
@@ -62,6 +72,32 @@ class PeerTLS:
 
     server: ssl.SSLContext
     client: ssl.SSLContext
+
+
+def peer_tls_present(directory: Path) -> bool:
+    """Whether ``directory`` holds the peer TLS material: all three files, or none of them.
+
+    Args:
+        directory: the mounted Secret's directory (``--peer-tls-dir``).
+
+    Returns:
+        True when ``tls.crt``, ``tls.key`` and ``ca.crt`` are all there; False when the
+        directory is missing or has none of them (the optional Secret does not exist yet).
+
+    Raises:
+        PeerTLSError: some of the files are there but not all (the message names the
+            missing ones): the Secret exists with the wrong keys.
+    """
+    present = [name for name in PEER_TLS_FILES if (Path(directory) / name).is_file()]
+    if not present:
+        return False
+    missing = [name for name in PEER_TLS_FILES if name not in present]
+    if missing:
+        raise PeerTLSError(
+            f"--peer-tls-dir {str(directory)!r}: {', '.join(missing)} missing "
+            f"(the Secret must hold {', '.join(PEER_TLS_FILES)})"
+        )
+    return True
 
 
 def load_peer_tls(directory: Path) -> PeerTLS:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -108,6 +109,8 @@ _SERVICE_ONLY: Final = (
 )
 #: Metadata forwarded unchanged on a hop (besides ``authorization``).
 _FORWARDED: Final = (NAMESPACE_METADATA, RUNTIME_METADATA)
+#: An invocation ID's characters (seed 000/002: visible ASCII).
+_VISIBLE_ASCII: Final = re.compile(r"[\x21-\x7e]+")
 
 
 class Registrations(Protocol):
@@ -191,7 +194,13 @@ def _hop(metadata: Iterable[tuple[str, str]]) -> HopExpectation | None:
     run_uid = _one(metadata, HOP_RUN_UID_HEADER) or ""
     pod_uid = _one(metadata, HOP_POD_UID_HEADER) or ""
     attempt_text = _one(metadata, HOP_ATTEMPT_HEADER) or ""
-    if not run_uid or not pod_uid or not attempt_text.isdigit() or len(attempt_text) > 9:
+    # isascii(): str.isdigit() also accepts digits int() cannot read (e.g. "²")
+    if (
+        not run_uid
+        or not pod_uid
+        or not (attempt_text.isascii() and attempt_text.isdigit())
+        or len(attempt_text) > 9
+    ):
         raise _Reject(
             purerpc.StatusCode.INVALID_ARGUMENT,
             f"a hop needs {HOP_RUN_UID_HEADER}, {HOP_POD_UID_HEADER} and a decimal "
@@ -212,8 +221,8 @@ def _check_request(message: Any) -> None:
             "(runtimed fills in the private registration)",
         )
     invocation_id = message.invocation_id
-    if len(invocation_id.encode()) > MAX_INVOCATION_ID_BYTES or any(
-        not 0x21 <= ord(ch) <= 0x7E for ch in invocation_id
+    if len(invocation_id) > MAX_INVOCATION_ID_BYTES or (
+        invocation_id and not _VISIBLE_ASCII.fullmatch(invocation_id)
     ):
         raise _Reject(
             bad,
@@ -298,7 +307,8 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         try:
             route, response = await self._invoke(message, metadata, deadline, fields)
             code = "OK"
-            log.info("invoked", extra={**fields, "route": route, **self._elapsed(started)})
+            if log.isEnabledFor(logging.INFO):  # the extra fields cost even when not logged
+                log.info("invoked", extra={**fields, "route": route, **self._elapsed(started)})
             return response
         except _Reject as reject:
             code = reject.code.name
@@ -330,8 +340,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         finally:
             route = str(fields.get("route", route))
             self.metrics.in_flight.dec()
-            self.metrics.invocations.labels(code=code, route=route).inc()
-            self.metrics.latency.labels(route=route).observe(trio.current_time() - started)
+            self.metrics.record(code=code, route=route, seconds=trio.current_time() - started)
 
     @staticmethod
     def _elapsed(started: float) -> dict[str, float]:

@@ -6,6 +6,10 @@ URL is the shared gateway's base URL plus the invoke path
 of the installation's CA when the gateway certificate is signed by it (omitted when it
 chains to a root clients already trust). Both come from runtimed's configuration
 (``--gateway-url`` / ``--gateway-ca-file``), not from the Run.
+
+The CA file comes from a ConfigMap the control plane mounts ``optional: true``; a file that
+is not there (the ConfigMap does not exist yet, or lacks ``ca.crt``) means "no caBundle"
+(:func:`load_optional_ca_bundle`), while a file that is there but unusable is an error.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ __all__ = [
     "FunctionTimings",
     "default_inline_path",
     "load_ca_bundle",
+    "load_optional_ca_bundle",
 ]
 
 #: The shared gateway Service of the default installation (seed 001/000 examples).
@@ -71,6 +76,18 @@ def load_ca_bundle(path: Path) -> bytes:
     if b"-----BEGIN CERTIFICATE-----" not in data:
         raise ValueError(f"gateway CA bundle {path} holds no PEM certificate")
     return data
+
+
+def load_optional_ca_bundle(path: Path) -> bytes | None:
+    """Like :func:`load_ca_bundle`, but ``None`` when ``path`` does not exist.
+
+    Raises:
+        ValueError: the file exists but is empty, over 16 KiB, or has no PEM certificate.
+        OSError: it exists but cannot be read.
+    """
+    if not path.exists():
+        return None
+    return load_ca_bundle(path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -215,6 +215,25 @@ def _load(handler: str) -> Callable[[object], object]:
     return function
 
 
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value (RFC 8259)")
+
+
+def _parse_input(payload: bytes) -> object:
+    """Decode an invocation input as strict JSON (RFC 8259): UTF-8, no NaN or Infinity.
+
+    ``json.loads`` alone would also take UTF-16/32 bytes and ``NaN``/``Infinity``, which no
+    other kruntimes component (gateway, Bash Runtime) accepts as JSON.
+
+    Raises:
+        ValueError: not UTF-8, not one JSON text, or nested too deeply to parse.
+    """
+    try:
+        return json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nesting is too deep to parse") from None
+
+
 def _call(
     channel: _Channel,
     raw: _RawOutput,
@@ -224,7 +243,7 @@ def _call(
 ) -> None:
     # an empty input is passed as None (JSON null)
     try:
-        argument = json.loads(payload) if payload else None
+        argument = _parse_input(payload) if payload else None
     except ValueError as exc:
         channel.send(framing.BAD_INPUT, f"input is not valid JSON: {exc}"[:_MAX_TEXT].encode())
         return

@@ -17,6 +17,7 @@ Each test here failed before its fix:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -495,7 +496,8 @@ async def test_a_descendant_holding_the_log_pipe_cannot_block_pod_deletion(
     kube: Kube, cluster: ClusterHandle
 ) -> None:
     """A descendant that escapes both the process group and the mark (clean environment)
-    keeps the container's stdout open: the node must not wait for end of file forever."""
+    keeps the container's stdout open: the node must not wait for end of file forever, and
+    the container's init takes it down with the container (issue 6)."""
     created = await kube.create(
         PODS,
         pod(
@@ -513,8 +515,10 @@ async def test_a_descendant_holding_the_log_pipe_cannot_block_pod_deletion(
     try:
         await kube.delete(f"{PODS}/escaper")
         await eventually(lambda: _gone(kube, "escaper"), seconds=5, what="Pod deleted")
+        await eventually(lambda: _dead(daemon), seconds=3, what="escaped daemon killed")
     finally:
-        os.kill(daemon, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon, signal.SIGKILL)
 
 
 # --- one 403 must not cut every other request ---------------------------------------------

@@ -1,18 +1,18 @@
 """Invoke through real runtimed sidecars on localkube: two Runtime Pods, the real Python
 Runtime Server, the function lifecycle registering the Run (issue 8 acceptance, runtimed side).
 
-The Pods run the ``runtimed`` command through ``dp_runtimed_entry.py`` (which only adds a
-host-path peer TLS directory), so the proxy and the function lifecycle here are the ones
-``runtimed`` starts in production. No peer TLS Secret is mounted yet (``krt dev up``
-will provide one), so the non-owner answers UNAVAILABLE instead of hopping.
+The Pods run the production ``runtimed``. Without peer TLS configured in the control plane the
+non-owner answers UNAVAILABLE instead of hopping; with ``--peer-tls-secret`` (here through its
+environment variable, as the chart passes it as an argument) the control plane mounts the
+Secret into every runtimed, which then serves mutual TLS and hops once to the owner.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +22,7 @@ from runtimed_cluster import NS, running_cluster, runtime_manifest, wait_phase, 
 
 from krt.api.naming import RUNTIMED_GRPC_PORT, RUNTIMED_HTTP_PORT
 from krt.grpc.client import GrpcStatusError
-from krt.kube.resources import RUNS, RUNTIMES
+from krt.kube.resources import RUNS, RUNTIMES, ResourceRef
 
 DAEMON = Path(__file__).resolve().parents[3] / "src" / "runtimed" / "daemon.py"
 WIRED = "FunctionLifecycle" in DAEMON.read_text()
@@ -30,11 +30,7 @@ WRAPPER = Path(__file__).resolve().with_name("dp_runtimed_entry.py")
 IMAGES = None if WIRED else {"kruntimes/runtimed": {"entrypoint": [sys.executable, str(WRAPPER)]}}
 
 
-def images_with_peer_tls(directory: Path) -> dict[str, Any]:
-    """The wrapper image, told to use the peer TLS material in ``directory``."""
-    entry = [sys.executable, str(WRAPPER), f"--test-peer-tls-dir={directory}"]
-    return {"kruntimes/runtimed": {"entrypoint": entry}}
-
+SECRETS = ResourceRef("", "v1", "secrets", True, "Secret")
 
 pytestmark = pytest.mark.slow
 
@@ -89,13 +85,28 @@ async def test_invoke_via_owner_and_non_owner(tmp_path: Path) -> None:
                 assert "peer TLS is not configured" in info.value.message
 
 
-@pytest.mark.skipif(WIRED, reason="needs the test wrapper to mount peer TLS material")
-async def test_non_owner_proxies_one_hop_over_mtls(tmp_path: Path) -> None:
+async def test_non_owner_proxies_one_hop_over_mtls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control plane (its own process, configured by environment) mounts the peer TLS
+    Secret into both Pods; the non-owner hops once to the owner over mutual TLS."""
+    monkeypatch.setenv("KRT_CONTROLPLANE_PEER_TLS_SECRET", "peer-tls")
     tls = write_peer_tls(tmp_path / "peer-tls")
     state = tmp_path / "state"
-    async with running_cluster(state, images=images_with_peer_tls(tls.directory)) as cluster:
+    async with running_cluster(state, images=IMAGES, controlplane_process=True) as cluster:
         kube = cluster.kube
         token = (state / "pki" / "admin-token").read_text().strip()
+        await kube.create(
+            SECRETS,
+            {
+                "metadata": {"name": "peer-tls", "namespace": NS},
+                "type": "kubernetes.io/tls",
+                "data": {
+                    name: base64.b64encode((tls.directory / name).read_bytes()).decode()
+                    for name in ("tls.crt", "tls.key", "ca.crt")
+                },
+            },
+        )
         await kube.create(RUNTIMES, runtime_manifest("python", kind="python", replicas=2, runs=2))
         pods = await wait_runtime_ready(kube, "python", 2)
         await kube.create(

@@ -1,4 +1,9 @@
-"""Peer mTLS material (``--peer-tls-dir``): loading, errors naming the file, CLI validation."""
+"""Peer mTLS material (``--peer-tls-dir``): loading, errors naming the file, CLI validation.
+
+Also the CLI's handling of the optional volumes the control plane mounts: an empty or absent
+peer TLS directory or gateway CA file starts runtimed with the feature off and a warning;
+present but broken material is a usage error.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import trustme
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from dp_harness import write_peer_tls
 
+import runtimed.__main__ as cli
 from runtimed.__main__ import main
-from runtimed.dataplane.peer import PeerTLSError, load_peer_tls
+from runtimed.daemon import DaemonConfig
+from runtimed.dataplane.peer import PeerTLSError, load_peer_tls, peer_tls_present
 
 
 def test_contexts_require_the_installation_ca(tmp_path: Path) -> None:
@@ -45,17 +52,125 @@ def test_garbage_ca_is_rejected(tmp_path: Path) -> None:
         load_peer_tls(tmp_path)
 
 
-def test_cli_refuses_an_incomplete_peer_tls_dir(tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        main,
-        [
-            "--pod-name=p",
-            "--pod-namespace=ns",
-            "--pod-uid=u",
-            "--runtime-server=127.0.0.1:9091",
-            f"--workspace-dir={tmp_path / 'ws'}",
-            f"--peer-tls-dir={tmp_path / 'nothing'}",
-        ],
-    )
+def _base_args(tmp_path: Path) -> list[str]:
+    return [
+        "--pod-name=p",
+        "--pod-namespace=ns",
+        "--pod-uid=u",
+        "--runtime-server=127.0.0.1:9091",
+        f"--workspace-dir={tmp_path / 'ws'}",
+    ]
+
+
+def _start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[Result, list[DaemonConfig], list[str]]:
+    """Invoke the CLI up to ``trio.run``; return the result, the config and warnings."""
+    started: list[DaemonConfig] = []
+    warnings: list[str] = []
+    monkeypatch.setattr(cli.trio, "run", lambda _fn, config: started.append(config))
+    monkeypatch.setattr(cli.log, "warning", lambda message, *a, **k: warnings.append(message))
+    result = CliRunner().invoke(main, [*_base_args(tmp_path), *args])
+    return result, started, warnings
+
+
+@pytest.mark.parametrize("present", [["tls.crt"], ["tls.crt", "ca.crt"], ["tls.key"]])
+def test_cli_refuses_a_peer_tls_secret_missing_some_keys(
+    tmp_path: Path, present: list[str]
+) -> None:
+    full = write_peer_tls(tmp_path / "full").directory
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for name in present:
+        (partial / name).write_bytes((full / name).read_bytes())
+    result = CliRunner().invoke(main, [*_base_args(tmp_path), f"--peer-tls-dir={partial}"])
     assert result.exit_code == 2
-    assert "tls.crt is missing" in result.output
+    missing = [n for n in ("tls.crt", "tls.key", "ca.crt") if n not in present]
+    assert f"{', '.join(missing)} missing" in result.output
+
+
+def test_presence_is_all_or_nothing(tmp_path: Path) -> None:
+    assert peer_tls_present(tmp_path / "absent") is False
+    (tmp_path / "empty").mkdir()
+    assert peer_tls_present(tmp_path / "empty") is False
+    assert peer_tls_present(write_peer_tls(tmp_path / "full").directory) is True
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_an_empty_optional_peer_volume_starts_plaintext_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exists: bool
+) -> None:
+    directory = tmp_path / "peer-tls"
+    if exists:
+        directory.mkdir()  # what an optional Secret volume looks like before the Secret exists
+    result, started, warnings = _start(tmp_path, monkeypatch, f"--peer-tls-dir={directory}")
+    assert result.exit_code == 0, result.output
+    (config,) = started
+    assert config.dataplane is not None
+    assert config.dataplane.peer_tls_dir is None  # plaintext port, no hops
+    assert any("peer hops are off" in w and str(directory) in w for w in warnings), warnings
+
+
+def test_a_complete_peer_volume_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = write_peer_tls(tmp_path / "peer-tls").directory
+    result, started, warnings = _start(tmp_path, monkeypatch, f"--peer-tls-dir={directory}")
+    assert result.exit_code == 0, result.output
+    (config,) = started
+    assert config.dataplane is not None
+    assert config.dataplane.peer_tls_dir == directory
+    assert warnings == []
+
+
+def test_a_missing_gateway_ca_file_omits_the_ca_bundle_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca_file = tmp_path / "gateway-ca" / "ca.crt"
+    result, started, warnings = _start(tmp_path, monkeypatch, f"--gateway-ca-file={ca_file}")
+    assert result.exit_code == 0, result.output
+    (config,) = started
+    assert config.functions is not None
+    assert config.functions.ca_bundle is None
+    assert any("without caBundle" in w and str(ca_file) in w for w in warnings), warnings
+
+
+def test_a_present_gateway_ca_file_is_published_and_a_broken_one_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pem = trustme.CA().cert_pem.bytes()
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(pem)
+    result, started, warnings = _start(tmp_path, monkeypatch, f"--gateway-ca-file={ca_file}")
+    assert result.exit_code == 0, result.output
+    assert started[0].functions is not None
+    assert started[0].functions.ca_bundle == pem
+    assert warnings == []
+    ca_file.write_text("no certificate here\n")
+    refused = CliRunner().invoke(main, [*_base_args(tmp_path), f"--gateway-ca-file={ca_file}"])
+    assert refused.exit_code == 2
+    assert "--gateway-ca-file" in refused.output
+    assert "holds no PEM certificate" in refused.output
+
+
+def test_path_root_prefixes_the_mounted_material(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "pod"
+    write_peer_tls(root / "etc" / "kruntimes" / "peer-tls")
+    (root / "etc" / "kruntimes" / "gateway-ca").mkdir(parents=True)
+    (root / "etc" / "kruntimes" / "gateway-ca" / "ca.crt").write_bytes(
+        trustme.CA().cert_pem.bytes()
+    )
+    result, started, warnings = _start(
+        tmp_path,
+        monkeypatch,
+        f"--path-root={root}",
+        "--peer-tls-dir=/etc/kruntimes/peer-tls",
+        "--gateway-ca-file=/etc/kruntimes/gateway-ca/ca.crt",
+    )
+    assert result.exit_code == 0, result.output
+    (config,) = started
+    assert config.dataplane is not None
+    assert config.dataplane.peer_tls_dir == root / "etc" / "kruntimes" / "peer-tls"
+    assert config.functions is not None
+    assert config.functions.ca_bundle is not None
+    assert warnings == []

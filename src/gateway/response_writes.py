@@ -1,0 +1,72 @@
+"""One socket write per HTTP/1.1 response head and first body chunk (hypercorn 0.17).
+
+hypercorn's HTTP/1.1 protocol writes every h11 event on its own: the status line and
+headers, then the body, each as a separate TLS record and ``send`` system call. On loopback
+every write wakes the client once more, and on this project's 2-core machines those system
+calls and wakeups were the largest single cost of an invoke (profiled with py-spy under
+``bench/invoke.py``: about a fifth of the gateway's CPU went to ``send``). The ASGI app
+cannot change that: hypercorn sends the head only when the first body message arrives, and
+then immediately writes both, separately.
+
+:func:`install` makes the head wait for the next h11 event of the same response (the body,
+or the end of a body-less response) and go out in the same write. The bytes on the wire are
+unchanged; only their grouping into writes differs. Nothing else of hypercorn changes.
+
+hypercorn offers no hook for this, so the one method that turns h11 events into writes is
+replaced, for the pinned hypercorn 0.17 only (pyproject.toml); with another version
+:func:`install` leaves hypercorn alone and returns ``False`` (responses then take two
+writes, which is slower but correct).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any, Final
+
+import h11
+from hypercorn.events import RawData
+from hypercorn.protocol.h11 import H11Protocol
+
+#: The hypercorn release series whose ``H11Protocol._send_h11_event`` this replaces.
+SUPPORTED_SERIES: Final = "0.17."
+_HEAD: Final = "_krt_response_head"
+
+
+async def _send_h11_event(self: Any, event: Any) -> None:
+    """hypercorn's ``H11Protocol._send_h11_event``, holding a response head for the next event.
+
+    Args:
+        self: the ``H11Protocol`` of one connection.
+        event: the h11 event to serialize and write.
+    """
+    try:
+        data = self.connection.send(event)
+    except h11.LocalProtocolError:
+        if self.connection.their_state != h11.ERROR:
+            raise
+        return  # as hypercorn: the peer broke the protocol, nothing more is written
+    head: bytes | None = getattr(self, _HEAD, None)
+    if type(event) is h11.Response:
+        # written with the next event of this response, which hypercorn sends at once
+        # (Data or EndOfMessage), never after a checkpoint of its own
+        setattr(self, _HEAD, data if head is None else head + data)
+        return
+    if head is not None:
+        setattr(self, _HEAD, None)
+        data = head + data
+    await self.send(RawData(data=data))
+
+
+def install() -> bool:
+    """Make hypercorn write each response head together with what follows it (idempotent).
+
+    Returns:
+        ``True`` when installed (hypercorn 0.17.x), ``False`` when the installed hypercorn
+        is another version and was left as it is.
+    """
+    if H11Protocol._send_h11_event is _send_h11_event:
+        return True
+    if not importlib.metadata.version("hypercorn").startswith(SUPPORTED_SERIES):
+        return False
+    H11Protocol._send_h11_event = _send_h11_event  # type: ignore[method-assign]
+    return True
