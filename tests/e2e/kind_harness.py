@@ -45,6 +45,7 @@ KRUNTIMES_RELEASE = "kruntimes"
 RUNTIMES_RELEASE = "runtimes"
 GATEWAY_SERVICE = "runtime-gateway"
 GATEWAY_TLS_SECRET = "runtime-gateway-tls"
+GATEWAY_CA_CONFIGMAP = "kruntimes-gateway-ca"
 IMAGES = ("runtimed", "controlplane", "gateway", "python-runtime", "bash-runtime")
 #: ServiceAccount allowed to ``get`` Runs in RUNS_NAMESPACE (may invoke).
 INVOKER_SA = "e2e-invoker"
@@ -300,6 +301,20 @@ def gateway_tls_secret(ca: trustme.CA) -> dict[str, Any]:
     }
 
 
+def gateway_ca_configmap(ca: trustme.CA) -> dict[str, Any]:
+    """The ConfigMap ``kruntimes-gateway-ca`` (key ``ca.crt``) in the Runtimes' namespace.
+
+    runtimed mounts it and publishes it as ``status.endpoint.caBundle`` (docs/install.md,
+    "Publishing the gateway CA"), so ``krt invoke`` needs no trust-store override.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": GATEWAY_CA_CONFIGMAP, "namespace": RUNS_NAMESPACE},
+        "data": {"ca.crt": ca.cert_pem.bytes().decode()},
+    }
+
+
 def chart_values(tag: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Values for (kruntimes, kruntimes-runtimes): the e2e image tag, the gateway Secret.
 
@@ -363,7 +378,7 @@ def install(cluster: KindCluster, settings: Settings, workdir: Path) -> None:
     cluster.apply([ns])
     ca = trustme.CA()
     cluster.gateway_ca_pem = ca.cert_pem.bytes()
-    cluster.apply([gateway_tls_secret(ca)])
+    cluster.apply([gateway_tls_secret(ca), gateway_ca_configmap(ca)])
     kruntimes_values, runtimes_values = chart_values(settings.image_tag)
     if shutil.which("helm"):
         for release, chart, namespace, values in (

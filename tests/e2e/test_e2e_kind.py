@@ -87,13 +87,14 @@ def invoke_env(gateway_url: str, gateway_ca_file: Path, run: dict[str, Any]) -> 
     """Environment for ``krt invoke`` from outside the cluster (docs/cli.md).
 
     ``KRT_GATEWAY_URL`` points at the port-forward; the token is a TokenRequest for the
-    invoker ServiceAccount (kind's kubeconfig has client certificates only). When the Run
-    publishes no ``caBundle``, the gateway CA is given as the system trust store instead.
+    invoker ServiceAccount (kind's kubeconfig has client certificates only). The gateway CA
+    reaches ``krt invoke`` only through the Run's published ``caBundle`` (the harness creates
+    the ``kruntimes-gateway-ca`` ConfigMap runtimed publishes); its absence fails the test.
     """
-    env = {"KRT_GATEWAY_URL": gateway_url, "KRT_SERVICE_ACCOUNT": f"{RUNS_NAMESPACE}/{INVOKER_SA}"}
-    if not (run.get("status", {}).get("endpoint") or {}).get("caBundle"):
-        env["SSL_CERT_FILE"] = str(gateway_ca_file)
-    return env
+    ca_bundle = (run.get("status", {}).get("endpoint") or {}).get("caBundle")
+    assert ca_bundle, f"no status.endpoint.caBundle on {run['metadata']['name']}"
+    assert ca_bundle.strip() == gateway_ca_file.read_text().strip()
+    return {"KRT_GATEWAY_URL": gateway_url, "KRT_SERVICE_ACCOUNT": f"{RUNS_NAMESPACE}/{INVOKER_SA}"}
 
 
 def get_run(cluster: KindCluster, name: str) -> dict[str, Any]:
