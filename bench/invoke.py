@@ -25,6 +25,7 @@ Usage: ``python bench/invoke.py [--calls N] [--parallel-seconds S] [--json]``
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import socket
@@ -44,7 +45,29 @@ import trustme
 
 PATH = "/v1/namespaces/bench/runtimes/python/functions/{uid}:invoke"
 BODY = b'{"command": "status", "n": 42}'
-HEADERS = {"authorization": "Bearer bench-token", "content-type": "application/json"}
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+#: A bearer token shaped like a Kubernetes ServiceAccount token: an RS256 JWT of about
+#: 1 KiB (its size matters: it crosses the gateway -> runtimed hop on every call).
+TOKEN = ".".join((
+    _b64(b'{"alg":"RS256","kid":"bench-signing-key-0123456789abcdef0123456789"}'),
+    _b64(json.dumps({
+        "aud": ["https://kubernetes.default.svc.cluster.local"], "exp": 4102444800,
+        "iat": 1764000000, "iss": "https://kubernetes.default.svc.cluster.local",
+        "jti": "0c0e4f3e-6a51-4d1b-a4d0-3a8e2b1f5c77",
+        "kubernetes.io": {"namespace": "bench", "node": {"name": "bench-node", "uid":
+            "4a5e8f2c-9d3b-4e71-8c6a-1f2e3d4c5b6a"}, "pod": {"name": "bench-client-7d9f8b6c5d-x2k4p",
+            "uid": "9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"}, "serviceaccount": {"name": "bench",
+            "uid": "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"}, "warnafter": 1764003607},
+        "nbf": 1764000000, "sub": "system:serviceaccount:bench:bench",
+    }).encode()),
+    _b64(bytes(range(256))),  # a 2048-bit RSA signature's size
+))  # fmt: skip
+HEADERS = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
 UIDS = [f"00000000-0000-0000-0000-00000000000{i}" for i in range(8)]
 
 
@@ -94,7 +117,7 @@ async def _serve_runtimed(server_port: str, registrations: str) -> None:
 
     class Reviewer:
         async def review(self, token: str, *, namespace: str, name: str) -> Outcome:
-            return Outcome.ALLOWED if token == "bench-token" else Outcome.UNAUTHENTICATED
+            return Outcome.ALLOWED if token == TOKEN else Outcome.UNAUTHENTICATED
 
     cache = OwnershipCache(runtime="python")
     registry = FunctionRegistry()

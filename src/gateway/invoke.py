@@ -98,7 +98,8 @@ class Invoker:
             invocation_id=request.invocation_id,
             input=request.body,
             content_type=JSON,
-            timeout_millis=max(1, math.ceil(request.timeout_seconds * 1000)),
+            # round first: 2.007 s * 1000 is 2007.0000000000002 in floating point
+            timeout_millis=max(1, math.ceil(round(request.timeout_seconds * 1000, 3))),
         )
 
     async def invoke(self, request: InvokeRequest) -> InvokeResult:

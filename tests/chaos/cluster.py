@@ -252,7 +252,8 @@ async def caller_token(kube: Kube, *, bound_secret: str | None = None) -> str:
     return str(answer["status"]["token"])
 
 
-def _ready(pod: dict[str, Any]) -> bool:
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Ready and not deleting."""
     return not pod["metadata"].get("deletionTimestamp") and any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (pod.get("status") or {}).get("conditions") or []
@@ -262,19 +263,19 @@ def _ready(pod: dict[str, Any]) -> bool:
 async def ready_python_pods(kube: Kube) -> int:
     """How many python Runtime Pods are Ready and not deleting."""
     pods, _ = await kube.list(PODS, NS, label_selector=PYTHON_SELECTOR)
-    return sum(1 for p in pods if _ready(p))
+    return sum(1 for p in pods if pod_ready(p))
 
 
 async def python_pods(kube: Kube) -> list[dict[str, Any]]:
     """The python Runtime Pods that are Ready and not deleting, by name."""
     pods, _ = await kube.list(PODS, NS, label_selector=PYTHON_SELECTOR)
-    return sorted((p for p in pods if _ready(p)), key=lambda p: p["metadata"]["name"])
+    return sorted((p for p in pods if pod_ready(p)), key=lambda p: p["metadata"]["name"])
 
 
 async def system_pod(kube: Kube, selector: str, name_prefix: str = "") -> dict[str, Any]:
     """The first Ready, non-deleting Pod of a kruntimes-system component."""
     pods, _ = await kube.list(PODS, SYSTEM_NS, label_selector=selector)
-    ready = [p for p in pods if _ready(p) and p["metadata"]["name"].startswith(name_prefix)]
+    ready = [p for p in pods if pod_ready(p) and p["metadata"]["name"].startswith(name_prefix)]
     if not ready:
         raise LookupError(f"no Ready Pod for {selector}")
     return sorted(ready, key=lambda p: p["metadata"]["name"])[0]

@@ -56,6 +56,8 @@ class Fault:
         name: the scenario id. recovery_bound: seconds after the fault within which every
             Ready function must answer again (the scenario fails beyond it).
         min_duration: seconds the load keeps running after the fault at least.
+        kills_gateway: the fault SIGKILLs the gateway (see the proxy bug in
+            test_chaos_findings.py).
         short: part of the short suite (``make test``).
     """
 
@@ -63,6 +65,7 @@ class Fault:
     recovery_bound = 30.0
     min_duration = 0.0
     short = False
+    kills_gateway = False
 
     def __init__(self) -> None:
         #: Pods on which the fault destroyed running executions (see promises.Loss).
@@ -157,7 +160,6 @@ class RestartControlPlane(Fault):
     """The control plane process dies; the node restarts its container."""
 
     name = "restart-controlplane"
-    short = True
 
     async def inject(self, ctx: FaultContext) -> str:
         pod = await c.system_pod(ctx.kube, c.CONTROLPLANE_SELECTOR)
@@ -169,6 +171,7 @@ class RestartGateway(Fault):
 
     name = "restart-gateway"
     short = True
+    kills_gateway = True
 
     async def inject(self, ctx: FaultContext) -> str:
         pod = await c.system_pod(ctx.kube, c.GATEWAY_SELECTOR)
@@ -209,7 +212,7 @@ class TwoControlPlanes(Fault):
                 pods, _ = await ctx.kube.list(
                     PODS, c.SYSTEM_NS, label_selector=c.CONTROLPLANE_SELECTOR
                 )
-                ready = [p for p in pods if c._ready(p)]
+                ready = [p for p in pods if c.pod_ready(p)]
                 if len(ready) >= 2:
                     break
                 await trio.sleep(0.2)
@@ -346,6 +349,7 @@ class Several(Fault):
 
     name = "several-together"
     recovery_bound = 45.0
+    kills_gateway = True
 
     async def inject(self, ctx: FaultContext) -> str:
         first = await busiest_python_pod(ctx)

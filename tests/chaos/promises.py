@@ -209,3 +209,16 @@ def recovery_times(
         after = [r for r in seen[last_failure + 1 :] if r.status == 200]
         result[run] = after[0].answered - fault_at if after else None
     return result
+
+
+def longest_pending(history: Mapping[str, Sequence[Observation]], runs: Iterable[str]) -> float:
+    """Seconds the slowest of ``runs`` waited from its first sighting to leaving Pending."""
+    longest = 0.0
+    for run in runs:
+        seen = history.get(run, ())
+        if not seen:
+            continue
+        placed = next((o.at for o in seen if o.phase not in ("", "Pending")), None)
+        if placed is not None:
+            longest = max(longest, placed - seen[0].at)
+    return longest

@@ -33,7 +33,14 @@ from . import cluster as c
 from . import promises
 from .faults import Fault, FaultContext
 from .timeline import RunTimeline
-from .workload import InvokeLoad, TaskLoad, TokenSource, executions, function_manifest
+from .workload import (
+    INVOKE_DEADLINE,
+    InvokeLoad,
+    TaskLoad,
+    TokenSource,
+    executions,
+    function_manifest,
+)
 
 
 @dataclass(frozen=True)
@@ -220,9 +227,27 @@ def _judge(
     report.figures.append(f"undocumented statuses: {dict(bad) or 'none'}")
     report.violations += [f"undocumented status {code} x{n}" for code, n in bad.items()]
     silent = promises.unanswered(records)
-    report.figures.append(f"requests never answered: {len(silent)}")
+    # A request the gateway held when it was SIGKILLed can hang on localkube's Service proxy,
+    # which swallows the reset (test_chaos_findings.py); only those are tolerated.
+    kill_window = (fault_at - INVOKE_DEADLINE, fault_at + 0.5)
+    proxy_bug = [
+        r
+        for r in silent
+        if any(f.kills_gateway for f in faults) and kill_window[0] <= r.sent <= kill_window[1]
+    ]
+    report.figures.append(
+        f"requests never answered: {len(silent)}"
+        + (
+            f" ({len(proxy_bug)} in flight at the gateway kill: localkube proxy bug)"
+            if proxy_bug
+            else ""
+        )
+    )
     report.violations += [
-        f"{r.run}: no answer within {r.answered - r.sent:.1f} s (sent {r.sent:.2f})" for r in silent
+        f"{r.run}: no answer within {r.answered - r.sent:.1f} s (sent {r.sent - fault_at:+.2f} s "
+        "after the fault)"
+        for r in silent
+        if r not in proxy_bug
     ]
     task_names = ctx.timeline.names("task")
     ran = {k: v for k, v in executions(ctx.cluster.ledger_dir).items() if k in task_names}
@@ -253,6 +278,10 @@ def _judge(
         key = last.phase if last else "?"
         phases[key] = phases.get(key, 0) + 1
     report.figures.append(f"task phases: {phases}")
+    report.figures.append(
+        f"longest wait of a task to be scheduled: "
+        f"{promises.longest_pending(history, task_names):.1f} s"
+    )
     retried = {
         n: (last.attempt, last.reason)
         for n in task_names

@@ -9,6 +9,7 @@ from .promises import (
     Loss,
     duplicate_executions,
     fenced_answers,
+    longest_pending,
     recovery_times,
     status_counts,
     stuck_runs,
@@ -154,3 +155,12 @@ def test_only_silent_requests_count_as_unanswered() -> None:
         InvokeRecord("fn", 0, 5.5, 504),
     ]
     assert unanswered(records) == records[:1]
+
+
+def test_longest_pending_is_the_slowest_placement() -> None:
+    history = {
+        "a": [obs(1.0, "", "Pending"), obs(1.5, "A", "Scheduled")],
+        "b": [obs(2.0, "", ""), obs(2.2, "", "Pending"), obs(6.0, "A", "Running")],
+        "c": [obs(3.0, "", "Pending")],  # never placed: not counted
+    }
+    assert longest_pending(history, ["a", "b", "c"]) == 4.0

@@ -11,9 +11,14 @@ Properties (seed 000 "Invoke Contract", docs/gateway.md "Validation" and "Status
   timeout), as a JSON error whose message names the header or limit; a valid one is
   dispatched once, unchanged, and the upstream's gRPC status is mapped as documented;
 * a request of random bytes gets a documented status; whatever the app answers is a JSON
-  error; only HTTP framing errors (NUL in a header, bytes outside the request-target
-  grammar) are answered by the HTTP server itself with a bare 400 and a closed connection;
-* nothing rejected is ever dispatched, and the gateway keeps serving after every example.
+  error; only requests HTTP/1.1 itself refuses (NUL, CR, LF, VT, FF in a header, bytes
+  outside the request-target grammar: a bare 400; a head over hypercorn's 16 KiB
+  incomplete-read limit: a bare 431, which docs/gateway.md does not list) are answered by
+  the HTTP server before the app runs;
+* a valid invocation ID is echoed in every response, a missing or invalid one replaced by a
+  generated one; chunked bodies are bounded like declared ones;
+* nothing rejected is ever dispatched, and the gateway keeps serving after every example
+  with nothing left in flight.
 """
 
 from __future__ import annotations
@@ -106,11 +111,11 @@ def strict_json(body: bytes) -> bool:
 
 @dataclass(frozen=True)
 class Broken:
-    """The answer a broken part must get: status, reason, and a word the message names."""
+    """The answer a broken part must get: status, reason, and words the message names (one)."""
 
     status: int
     reason: str
-    names: str
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -155,14 +160,14 @@ invalid_targets = st.one_of(
     ),
 ).filter(lambda target: routed_uid(target) is None)
 
-NOT_FOUND = Broken(404, "NotFound", "is not")
-METHOD = Broken(405, "MethodNotAllowed", "POST")
-UNAUTHORIZED = Broken(401, "Unauthorized", "")
-UNSUPPORTED = Broken(415, "UnsupportedMediaType", "Content-Type")
-TOO_LARGE = Broken(413, "RequestTooLarge", "1 MiB")
-BAD_JSON = Broken(400, "InvalidJSON", "body")
-BAD_ID = Broken(400, "InvalidInvocationID", "X-Kruntime-Invocation-ID")
-BAD_TIMEOUT = Broken(400, "InvalidTimeout", "X-Kruntime-Timeout")
+NOT_FOUND = Broken(404, "NotFound", ("is not",))
+METHOD = Broken(405, "MethodNotAllowed", ("POST",))
+UNAUTHORIZED = Broken(401, "Unauthorized", ("Authorization", "bearer token"))
+UNSUPPORTED = Broken(415, "UnsupportedMediaType", ("Content-Type",))
+TOO_LARGE = Broken(413, "RequestTooLarge", ("1 MiB",))
+BAD_JSON = Broken(400, "InvalidJSON", ("body",))
+BAD_ID = Broken(400, "InvalidInvocationID", ("X-Kruntime-Invocation-ID",))
+BAD_TIMEOUT = Broken(400, "InvalidTimeout", ("X-Kruntime-Timeout",))
 
 tokens = visible_text(min_size=1, max_size=200)
 
@@ -208,7 +213,7 @@ def content_type(draw: st.DrawFn, broken: bool) -> Part:
         return Part([], UNSUPPORTED)
     if kind == "twice":
         return Part([(b"content-type", b"application/json")] * 2, UNSUPPORTED)
-    other = draw(
+    other: bytes = draw(
         st.sampled_from(
             [
                 b"text/plain",
@@ -219,11 +224,21 @@ def content_type(draw: st.DrawFn, broken: bool) -> Part:
                 b"multipart/form-data",
             ]
         )
-        | visible_text(min_size=1, max_size=60).map(str.encode)
+        | visible_text(min_size=1, max_size=60).map(str.encode).filter(lambda v: not json_type(v))
     )
-    if other.split(b";")[0].strip().lower() == b"application/json" and b";" not in other:
-        other += b"x"
     return Part([(b"content-type", other)], UNSUPPORTED)
+
+
+def json_type(value: bytes) -> bool:
+    """docs/gateway.md: ``application/json``, any case, parameters only ``charset=utf-8``."""
+    media_type, *params = value.decode("latin-1").split(";")
+    if media_type.strip().lower() != "application/json":
+        return False
+    for param in params:
+        name, _, setting = param.partition("=")
+        if name.strip().lower() != "charset" or setting.strip().strip('"').lower() != "utf-8":
+            return False
+    return True
 
 
 json_values = st.recursive(
@@ -280,10 +295,10 @@ def invocation_id(draw: st.DrawFn, broken: bool) -> tuple[Part, str | None]:
     if kind == "valid":
         value = draw(visible_text(min_size=1, max_size=128))
         return Part([(b"X-Kruntime-Invocation-ID", value.encode())]), value
-    if kind == "long":  # up to 40 KB (a header block over 64 KiB is HTTP's 431, see below)
+    if kind == "long":  # up to 8 KB (a head over 16 KiB may get HTTP's 431: see check_raw)
         value = draw(
             visible_text(min_size=129, max_size=400)
-            | st.integers(129, 40_000).map(lambda n: "i" * n)
+            | st.integers(129, 8_000).map(lambda n: "i" * n)
         )
         return Part([(b"x-kruntime-invocation-id", value.encode())], BAD_ID), None
     if kind == "bytes":  # non-ASCII or control characters (but not FRAMING_BYTES)
@@ -305,7 +320,7 @@ def timeout(draw: st.DrawFn, broken: bool) -> tuple[Part, int]:
     if kind == "absent":
         return Part(), DEFAULT_TIMEOUT_S * 1000
     if kind == "valid":
-        millis = draw(st.integers(1, 10**12 - 1))
+        millis = draw(st.integers(1, MAX_TIMEOUT_S * 1000) | st.integers(1, 10**12 - 1))
         return Part([(b"x-kruntime-timeout", str(millis).encode())]), min(
             millis, MAX_TIMEOUT_S * 1000
         )
@@ -476,7 +491,7 @@ async def check_case(gw: Gateway, case: Case) -> None:
     if case.expect is not None:
         error = error_of(response)
         assert (response.status, error["reason"]) == (case.expect.status, case.expect.reason), error
-        assert case.expect.names in str(error["message"]), error
+        assert any(word in str(error["message"]) for word in case.expect.names), error
         assert len(gw.fake.received) == before, "a rejected request was dispatched"
         if case.expect is UNAUTHORIZED:
             assert response.headers.get("www-authenticate") == "Bearer"
@@ -526,6 +541,12 @@ async def test_structured_requests_get_the_first_broken_rules_answer(
                   [(b"authorization", b"Bearer t"), (b"content-type", b"application/json")],
                   b'"' + b"a" * (MIB - 2) + b'"', None, "t", None, DEFAULT_TIMEOUT_S * 1000, 0)
     )  # fmt: skip
+    @example(  # found by this property: 2007 ms went out as timeout_millis 2008 (float ms)
+        case=Case(b"POST", b"/v1/namespaces/demo/runtimes/python/functions/u:invoke",
+                  [(b"authorization", b"Bearer t"), (b"content-type", b"application/json"),
+                   (b"x-kruntime-timeout", b"2007")],
+                  b"{}", None, "t", None, 2007, 0)
+    )  # fmt: skip
     @example(  # one byte over: rejected naming the header, nothing dispatched
         case=Case(b"POST", b"/v1/namespaces/demo/runtimes/python/functions/u:invoke",
                   [(b"authorization", b"Bearer t"), (b"content-type", b"application/json"),
@@ -569,7 +590,7 @@ def raw_requests(draw: st.DrawFn) -> tuple[bytes, bytes, list[tuple[bytes, bytes
             (b"content-type", b"application/json"),
             *headers,
         ]
-    if draw(st.integers(0, 19)) == 0:  # a header block over h11's 64 KiB limit
+    if draw(st.integers(0, 19)) == 0:  # a head over hypercorn's limits (16 KiB, 64 KiB)
         headers.append((b"x-kruntime-invocation-id", b"i" * draw(st.integers(70_000, 100_000))))
     body = draw(st.binary(max_size=500) | st.sampled_from([b"{}", b"[1]", b"\x00", b'"\x00"']))
     return method, target, headers, body
@@ -579,8 +600,9 @@ _TOKEN_CHARS = rb"!#$%&'*+\-.^_`|~0-9A-Za-z"
 _FRAMING_OK = re.compile(rb"[\x21-\x7e]+")
 
 
-#: h11's default limit on a request head (bytes); hypercorn answers a larger one with 431.
-MAX_HEAD_BYTES = 64 * 1024
+#: hypercorn's ``h11_max_incomplete_size`` (bytes): a request head larger than this is
+#: answered 431 when it arrives in more than one read (so: sometimes), before the app runs.
+MAX_HEAD_BYTES = 16 * 1024
 
 
 def http_framing_valid(target: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
@@ -610,7 +632,7 @@ async def check_raw(
         error_of(response)
     elif response.status != 200:
         # the HTTP server itself refused the request before the app saw it: a bare 400 for
-        # bytes RFC 9112 forbids, 431 for a head over h11's limit (431 is not in
+        # bytes RFC 9112 forbids, 431 for a head over hypercorn's limit (431 is not in
         # docs/gateway.md's list: reported as a documentation gap)
         assert not http_framing_valid(target, headers), response
         assert response.status in (400, 431), response

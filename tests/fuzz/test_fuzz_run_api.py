@@ -431,3 +431,64 @@ async def test_any_spec_or_body_gets_a_client_error_never_a_server_error(api: Ap
         event(on_trio(check_anything, api, spec, raw))
 
     await run_property(prop)
+
+
+# --- merge patches of the mutable fields ----------------------------------------------------
+
+
+@st.composite
+def mutable_patches(draw: st.DrawFn) -> tuple[dict[str, Any], str | None]:
+    """A merge patch of ``spec`` and the field a rejection must name (None: valid)."""
+    field = draw(st.sampled_from(["ttlSecondsAfterFinished", "cancelRequested"]))
+    if field == "ttlSecondsAfterFinished":
+        valid = st.integers(0, 2**31 - 1)
+        invalid = st.integers(max_value=-1) | st.integers(min_value=2**31) | _VALUES_BY_TYPE[int]
+    else:
+        valid = st.just(True)
+        invalid = _VALUES_BY_TYPE[bool]
+    if draw(st.booleans()):
+        return {field: draw(valid)}, None
+    return {field: draw(invalid)}, f"spec.{field}"
+
+
+async def check_patch(api: Api, patch: dict[str, Any], field: str | None, cancelled: bool) -> str:
+    name = api.name()
+    run = task_run()
+    run["metadata"] = {"name": name, "namespace": "default"}
+    run["spec"]["cancelRequested"] = cancelled
+    created = await api.client.post(RUNS, json=run)
+    assert created.status_code == 201, created.text
+    before = created.json()
+    if cancelled and patch.get("cancelRequested") is not True and "cancelRequested" in patch:
+        field = "spec.cancelRequested"
+    patched = await api.client.patch(
+        f"{RUNS}/{name}",
+        json={"spec": patch},
+        headers={"content-type": "application/merge-patch+json"},
+    )
+    after = (await api.client.get(f"{RUNS}/{name}")).json()
+    assert (await api.client.delete(f"{RUNS}/{name}")).status_code == 200
+    if field is None:
+        assert patched.status_code == 200, patched.text[:2000]
+        for key, value in patch.items():
+            assert after["spec"][key] == value
+        return "patched"
+    assert patched.status_code == 422, patched.text[:2000]
+    status = patched.json()
+    assert status["reason"] == "Invalid"
+    assert names_a_field(causes(status), {field}) or f"{field} may only" in status["message"], (
+        status
+    )
+    assert after == before, "a rejected patch changed the stored Run"
+    return "rejected"
+
+
+async def test_patches_of_mutable_fields_are_validated(api: Api) -> None:
+    @fuzz_settings(max_examples=40)
+    @given(patch=mutable_patches(), cancelled=st.booleans())
+    # a cancel request cannot be withdrawn (CEL transition rule)
+    @example(patch=({"cancelRequested": False}, None), cancelled=True)
+    def prop(patch: tuple[dict[str, Any], str | None], cancelled: bool) -> None:
+        event(on_trio(check_patch, api, patch[0], patch[1], cancelled))
+
+    await run_property(prop)

@@ -100,71 +100,137 @@ class Case:
     raw: bytes | None = None  # a payload that replaces the serialized request
 
 
+#: the parts of a call a case may break (the oracle, :func:`expected`, decides the status).
+PARTS = ("run_uid", "registration_id", "invocation_id", "input", "token", "namespace",
+         "runtime", "hop", "raw")  # fmt: skip
+ASCII_VISIBLE = st.characters(min_codepoint=0x21, max_codepoint=0x7E)
+
+
 @st.composite
-def cases(draw: st.DrawFn) -> Case:
+def cases(draw: st.DrawFn, breaking: str | None) -> Case:
+    """A call with ``breaking`` broken (None: none; "several": 2-3 parts)."""
+    if breaking == "several":
+        broken = draw(st.frozensets(st.sampled_from(PARTS), min_size=2, max_size=3))
+    else:
+        broken = frozenset([breaking] if breaking else [])
     via = draw(st.sampled_from(["gateway-a", "gateway-b", "peer-b"]))
-    run_uid = draw(
-        st.sampled_from([UID] * 6 + ["", "0f3c2a52-0000-0000-0000-000000000000"]) | visible
+    if "hop" in broken and draw(st.integers(0, 4)):
+        via = "peer-b"  # mostly from a verified peer: the expectations are then checked
+    run_uid = UID
+    if "run_uid" in broken:
+        run_uid = draw(st.sampled_from(["", "0f3c2a52-0000-0000-0000-000000000000"]) | visible)
+    registration_id = (
+        draw(st.sampled_from(["reg-b1", "x", "reg-b2"])) if "registration_id" in broken else ""
     )
-    registration_id = draw(st.sampled_from([""] * 8 + ["reg-b1", "x"]))
-    invocation_id = draw(
-        st.one_of(
-            st.just(""),
-            st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=128),
-            st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=129, max_size=200),
-            st.text(min_size=1, max_size=20).filter(lambda s: any(not 0x21 <= ord(c) <= 0x7E for c in s)),
+    if "invocation_id" in broken:
+        invocation_id = draw(
+            st.text(ASCII_VISIBLE, min_size=129, max_size=300)
+            | st.text(min_size=1, max_size=20).filter(
+                lambda s: any(not 0x21 <= ord(c) <= 0x7E for c in s)
+            )
         )
-    )  # fmt: skip
-    body = draw(st.sampled_from([b'{"x":1}', b"", b"\xff\xfe", b"\x00"]) | st.binary(max_size=50))
-    if draw(st.integers(0, 9)) == 0:
-        body = b"x" * (MIB + draw(st.integers(0, 10)))
+    else:
+        invocation_id = draw(st.just("") | st.text(ASCII_VISIBLE, max_size=128))
+    if "input" in broken:
+        body = b"x" * (MIB + draw(st.integers(1, 10)))
+    else:  # the proxy passes any bytes through (the Runtime Server checks them)
+        body = draw(
+            st.sampled_from([b'{"x":1}', b"", b"\xff\xfe", b"\x00", b"x" * MIB])
+            | st.binary(max_size=50)
+        )
     timeout_millis = draw(st.sampled_from([0, 5000, 5000, 10**12, -1]))
     metadata: list[tuple[str, str]] = []
-    token_kind = draw(st.sampled_from(["good"] * 5 + ["denied", "bad", "none", "twice", "odd"]))
-    token = {"good": "good-token", "denied": "denied-token", "bad": "bad-token"}.get(token_kind)
-    if token is not None:
-        metadata.append(("authorization", f"Bearer {token}"))
-    elif token_kind == "twice":
-        metadata += [("authorization", "Bearer good-token")] * 2
-    elif token_kind == "odd":
-        metadata.append(("authorization", draw(
-            st.sampled_from(["Bearer", "Bearer  ", "Basic good-token", "good-token",
-                             "Bearer good token"]) | printable
-        )))  # fmt: skip
-    for name, ours in ((NS_HEADER, NAMESPACE), (RT_HEADER, RUNTIME)):
-        kind = draw(st.sampled_from(["ours"] * 4 + ["absent", "other", "twice"]))
-        if kind == "ours":
-            metadata.append((name, ours))
-        elif kind == "other":
-            metadata.append((name, draw(printable.filter(lambda v, ours=ours: v.strip() != ours))))
+    if "token" in broken:
+        kind = draw(st.sampled_from(["denied", "bad", "none", "twice", "odd"]))
+        if kind in ("denied", "bad"):
+            metadata.append(("authorization", f"Bearer {kind}-token"))
         elif kind == "twice":
-            metadata += [(name, ours), (name, ours)]
-    if via == "peer-b" or draw(st.integers(0, 4)) == 0:
-        metadata += draw(hop_metadata())
+            metadata += [("authorization", "Bearer good-token")] * 2
+        elif kind == "odd":
+            metadata.append(
+                (
+                    "authorization",
+                    draw(
+                        st.sampled_from(
+                            [
+                                "Bearer",
+                                "Bearer  ",
+                                "Basic good-token",
+                                "good-token",
+                                "Bearer good token",
+                                "bearer\tgood-token",
+                            ]
+                        )
+                        | printable
+                    ),
+                )
+            )
+    else:
+        metadata.append(
+            (
+                "authorization",
+                draw(
+                    st.sampled_from(
+                        ["Bearer good-token", "bearer good-token", "BEARER  good-token "]
+                    )
+                ),
+            )
+        )
+    for part, name, ours in (("namespace", NS_HEADER, NAMESPACE), ("runtime", RT_HEADER, RUNTIME)):
+        if part in broken:
+            if draw(st.booleans()):
+                metadata.append(
+                    (name, draw(printable.filter(lambda v, ours=ours: v.strip() != ours)))
+                )
+            else:
+                metadata += [(name, ours), (name, ours)]
+        elif draw(st.integers(0, 3)):  # optional: absent is fine
+            metadata.append((name, ours))
+    if "hop" in broken:
+        metadata += draw(hop_metadata(broken=True))
+    elif via == "peer-b" and draw(st.booleans()):
+        metadata += draw(hop_metadata(broken=False))
     metadata = draw(st.permutations(metadata))
     raw = None
-    if draw(st.integers(0, 9)) == 0:
+    if "raw" in broken:
         raw = draw(
-            st.sampled_from([b"\xff", b"\x0a\x02\xff\xfe", b"\x12\x01"]) | st.binary(max_size=30)
+            st.sampled_from(
+                [b"\xff", b"\x0a\x02\xff\xfe", b"\x12\x01", b"\x0a\x05\x0a\x03\xc3\x28a"]
+            )
+            | st.binary(min_size=1, max_size=30)
         )
-    return Case(via, run_uid, registration_id, invocation_id, body, timeout_millis, metadata, raw)  # fmt: skip
+    return Case(via, run_uid, registration_id, invocation_id, body, timeout_millis, metadata, raw)
 
 
 @st.composite
-def hop_metadata(draw: st.DrawFn) -> list[tuple[str, str]]:
-    marker = draw(st.sampled_from(["1"] * 6 + ["2", "0", "", "yes"]))
+def hop_metadata(draw: st.DrawFn, *, broken: bool) -> list[tuple[str, str]]:
+    """Hop marker and expectations: matching the owner B's view, or broken somehow."""
     values = {
-        HOP_HEADER: marker,
-        HOP_RUN_UID_HEADER: draw(st.sampled_from([UID] * 4 + ["", "other-uid"])),
-        HOP_POD_UID_HEADER: draw(st.sampled_from(["pod-b"] * 4 + ["", "pod-a", "pod-c"])),
-        HOP_ATTEMPT_HEADER: draw(
-            st.sampled_from(["1"] * 4 + ["0", "2", "", "-1", "x", "1" * 10, "01", "²", "١"])
-        ),
+        HOP_HEADER: "1",
+        HOP_RUN_UID_HEADER: UID,
+        HOP_POD_UID_HEADER: "pod-b",
+        HOP_ATTEMPT_HEADER: draw(st.sampled_from(["1", "01", "000000001"])),
     }
-    metadata = [(name, value) for name, value in values.items() if draw(st.integers(0, 9)) > 0]
-    if draw(st.integers(0, 9)) == 0:
-        metadata.append((HOP_ATTEMPT_HEADER, "1"))
-    return metadata
+    extra: list[tuple[str, str]] = []
+    if broken:
+        name = draw(st.sampled_from(sorted(values)))
+        how = draw(st.sampled_from(["change", "change", "change", "drop", "twice"]))
+        if how == "drop":
+            del values[name]
+        elif how == "twice":
+            extra.append((name, values[name]))
+        else:
+            values[name] = draw(
+                {
+                    HOP_HEADER: st.sampled_from(["2", "0", "", "yes", "11"]),
+                    HOP_RUN_UID_HEADER: st.sampled_from(["", "other-uid"]),
+                    HOP_POD_UID_HEADER: st.sampled_from(["", "pod-a", "pod-c"]),
+                    HOP_ATTEMPT_HEADER: st.sampled_from(
+                        ["0", "2", "", "-1", "x", "1" * 10, "²", "١", "+1"]
+                    ),
+                }[name]
+            )
+    return [*values.items(), *extra]
 
 
 def _values(metadata: list[tuple[str, str]], name: str) -> list[str]:
@@ -315,9 +381,12 @@ GOOD = [("authorization", "Bearer good-token"), (NS_HEADER, NAMESPACE), (RT_HEAD
 HOP = [(HOP_HEADER, "1"), (HOP_RUN_UID_HEADER, UID), (HOP_POD_UID_HEADER, "pod-b")]
 
 
-async def test_random_invokes_get_the_first_broken_rules_status(world: World) -> None:
-    @fuzz_settings(max_examples=150)
-    @given(case=cases())
+@pytest.mark.parametrize("breaking", [None, *PARTS, "several"])
+async def test_random_invokes_get_the_first_broken_rules_status(
+    world: World, breaking: str | None
+) -> None:
+    @fuzz_settings(max_examples={None: 30, "several": 30, "hop": 50}.get(breaking, 12))
+    @given(case=cases(breaking))
     # a hop attempt of Unicode digits ("²".isdigit() is True, int("²") fails)
     @example(
         case=Case("peer-b", UID, "", "i", b"{}", 5000, [*GOOD, *HOP, (HOP_ATTEMPT_HEADER, "²")])
@@ -332,3 +401,55 @@ async def test_random_invokes_get_the_first_broken_rules_status(world: World) ->
         event(on_trio(check, world, case))
 
     await run_property(prop)
+
+
+REQUEST_TYPES = {
+    "RegisterFunction": pb.RegisterFunctionRequest,
+    "FunctionStatus": pb.FunctionStatusRequest,
+    "UnregisterFunction": pb.UnregisterFunctionRequest,
+}
+
+
+async def check_private_method(world: World, via: str, method: str, payload: bytes) -> str:
+    before = len(world.b.server.requests) + len(world.a.server.requests)
+    conn = world.connections[via]
+    try:
+        await conn.unary_call(
+            "executor.v1.FunctionRuntime", method, payload, metadata=GOOD, timeout_seconds=10
+        )
+        code = OK
+    except GrpcStatusError as exc:
+        code = exc.code
+    assert conn.usable, conn.close_reason
+    try:
+        REQUEST_TYPES[method].FromString(payload)
+        decodes = True
+    except Exception:  # noqa: BLE001 - any decode failure
+        decodes = False
+    # only the gateway's InvokeFunction is public on the Service port (seed 002)
+    assert code == (PERMISSION_DENIED if decodes else INVALID_ARGUMENT), code
+    assert len(world.b.server.requests) + len(world.a.server.requests) == before
+    return f"{method}: {code}"
+
+
+async def test_registration_methods_are_refused_on_the_service_port(world: World) -> None:
+    @fuzz_settings(max_examples=40)
+    @given(
+        via=st.sampled_from(["gateway-a", "gateway-b", "peer-b"]),
+        method=st.sampled_from(sorted(REQUEST_TYPES)),
+        payload=st.binary(max_size=80)
+        | st.builds(
+            lambda uid, reg: pb.UnregisterFunctionRequest(
+                registration=pb.FunctionRegistration(run_uid=uid, registration_id=reg)
+            ).SerializeToString(),
+            st.sampled_from([UID, "", "x"]),
+            st.sampled_from(["reg-b1", "", "x"]),
+        ),
+    )
+    def prop(via: str, method: str, payload: bytes) -> None:
+        event(on_trio(check_private_method, world, via, method, payload))
+
+    await run_property(prop)
+    entry = world.b.registry.accepting(UID)  # the registration is untouched
+    assert entry is not None
+    assert entry.registration_id == "reg-b1"

@@ -15,9 +15,13 @@ and Error Mapping"; docs of :mod:`servers.common.validation`):
   JSON or invalid UTF-8: INVALID_ARGUMENT); a valid one echoes its input; the registration
   stays READY with nothing in flight;
 * an Execute with a broken field is INVALID_ARGUMENT naming it and leaves no execution;
+* random IDs on Status/Cancel/Forget/FunctionStatus/UnregisterFunction are NOT_FOUND,
+  INVALID_ARGUMENT, FAILED_PRECONDITION (a stale ID of a live Run UID) or, for an absent
+  registration, an OK unregister; none of them touches a live registration;
 * random bytes as any request message, and malformed gRPC framing, get a gRPC status (or a
-  reset of that one stream), never INTERNAL/UNKNOWN, and never a dropped connection;
-* after every example the server still answers Health.
+  reset of that one stream), never INTERNAL/UNKNOWN, and never a dropped connection, except
+  the known gap of :func:`drops_connection` (strict xfail test below);
+* after every example the server still answers Health, on the same and on a new connection.
 """
 
 from __future__ import annotations
@@ -652,3 +656,68 @@ async def test_an_unreadable_message_fails_only_its_own_call(server: Server, dat
     reply = await raw_call(server.host, server.port, f"/{RT}/Health", data)
     assert not reply.closed, reply
     assert reply.status in (RESOURCE_EXHAUSTED, INTERNAL) or reply.reset is not None, reply
+
+
+# --- random IDs on the lookup RPCs ----------------------------------------------------------
+
+random_ids = st.one_of(
+    st.text(max_size=40),
+    st.from_regex(ID_REGEX),
+    st.sampled_from(["", ".", "..", "../fn", "/", "fn", "a\x00b", "reg_" + "0" * 32]),
+    st.integers(129, 100_000).map(lambda n: "x" * n),
+)
+
+
+async def check_lookup(srv: Server, live: Live, method: str, first: str, second: str) -> str:
+    ref = pb.FunctionRegistration(run_uid=first, registration_id=second)
+    request = {
+        "Status": pb.StatusRequest(id=first),
+        "Cancel": pb.CancelRequest(id=first),
+        "Forget": pb.ForgetRequest(id=first),
+        "FunctionStatus": pb.FunctionStatusRequest(registration=ref),
+        "UnregisterFunction": pb.UnregisterFunctionRequest(registration=ref),
+    }[method]
+    service = FN if method in ("FunctionStatus", "UnregisterFunction") else RT
+    code, message, _ = await srv.call(service, method, request.SerializeToString())
+    if method == "UnregisterFunction":
+        # seed 002: an absent registration unregisters successfully; a stale ID of a live
+        # Run UID is FAILED_PRECONDITION; an empty field is INVALID_ARGUMENT
+        if not first or not second:
+            assert code == INVALID_ARGUMENT, (code, message)
+        elif first == live.run_uid:
+            assert code == FAILED_PRECONDITION, (code, message)
+        else:
+            assert code == OK, (code, message)
+    elif method == "FunctionStatus":
+        if not first or not second:
+            assert code == INVALID_ARGUMENT, (code, message)
+        else:
+            assert code == (FAILED_PRECONDITION if first == live.run_uid else NOT_FOUND), message
+    else:  # no task was ever started: every ID is unknown (or not an ID at all)
+        assert code in (NOT_FOUND, INVALID_ARGUMENT), (code, message)
+    status, status_message, raw = await srv.status(live.run_uid, live.registration_id)
+    assert status == OK, status_message
+    assert pb.FunctionStatusResponse.FromString(raw).state == pb.FUNCTION_REGISTRATION_STATE_READY
+    await srv.healthy()
+    return f"{method}: {code}"
+
+
+async def test_random_ids_never_touch_a_live_registration(server: Server) -> None:
+    live = await register_live(server, "fuzz-live", 1)
+
+    @fuzz_settings(max_examples=50)
+    @given(
+        method=st.sampled_from(
+            ["Status", "Cancel", "Forget", "FunctionStatus", "UnregisterFunction"]
+        ),
+        first=random_ids | st.just("fuzz-live"),
+        second=random_ids | st.just(live.registration_id + "x"),
+    )
+    def prop(method: str, first: str, second: str) -> None:
+        event(on_trio(check_lookup, server, live, method, first, second))
+
+    await run_property(prop)
+    code, message, reply = await server.call(RT, "List", b"")
+    assert code == OK, message
+    assert list(pb.ListResponse.FromString(reply).entries) == []
+    assert await server.unregister(live.run_uid, live.registration_id) == OK

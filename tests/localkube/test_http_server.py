@@ -383,6 +383,16 @@ async def test_serve_https_listens_and_reports_its_port(contexts: Contexts) -> N
                 task_status=task_status,
             )
         )
+        # a client that is not speaking TLS costs only its own connection
+        junk = await trio.open_tcp_stream("127.0.0.1", port)
+        await junk.send_all(b"GET / HTTP/1.1\r\n\r\n")
+        with trio.fail_after(5):  # the server hangs up (maybe after a TLS alert)
+            try:
+                while await junk.receive_some():
+                    pass
+            except trio.BrokenResourceError:
+                pass
+        await junk.aclose()
         tcp = await trio.open_tcp_stream("127.0.0.1", port)
         stream = trio.SSLStream(
             tcp, contexts.client, server_hostname="localhost", https_compatible=True

@@ -756,3 +756,21 @@ async def test_a_failed_run_logs_its_timeline_on_the_failure_line(
             if r.name == "runtimed.task" and r.getMessage().startswith("task failed")
         ]
         assert "finished->completed" in line.__dict__["stages_ms"]
+
+
+async def test_one_very_slow_list_delays_the_next_poll_no_more_than_the_slowest_pace(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    """A List that took 2 s (a stalled server) is followed by a pause of ``rleg_period``
+    (0.2 s), not 2 s: the end of a task is still seen promptly afterwards."""
+    async with harness(tmp_path, start=False) as h:
+        starts = _list_starts(h, answer_after=2.0)
+        await h.start(TaskTimings(rleg_period=0.2, rleg_min_period=0.01, sweep_period=60.0))
+        starts.clear()
+        h.server.default = Program(seconds=10.0)
+        key = h.create()
+        await h.wait_phase(key, "Succeeded", "Failed", within=60)
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        assert len(gaps) >= 3
+        assert max(gaps) <= 2.0 + 0.2 + 1e-9, sorted(gaps)[-3:]
+        assert min(gaps) >= 2.0 + 0.2 - 1e-9  # the 2 s answer plus the capped floor

@@ -266,7 +266,7 @@ class ContainerRunner:
             ever_started=True,
         )
         try:
-            return await self._supervise(proc, log_path, env, started, mark)
+            return await self._supervise(container, log_path, env, started, mark)
         finally:
             if proc.returncode is None:
                 # cancelled (node shutdown after its grace): never leave a process behind;
@@ -275,8 +275,14 @@ class ContainerRunner:
                 kill_marked(mark)  # short procfs scan; no await while cancelled
 
     async def _supervise(
-        self, proc: trio.Process, log_path: Path, env: dict[str, str], started: float, mark: str
+        self,
+        container: ContainerProcess,
+        log_path: Path,
+        env: dict[str, str],
+        started: float,
+        mark: str,
     ) -> int:
+        proc = container.init
         kill_reason: list[str] = []
         exited = trio.Event()
         limits = self.log_limits
@@ -294,7 +300,7 @@ class ContainerRunner:
                     watchers.cancel_scope.cancel()
                 # the container ended: its init killed every descendant before exiting;
                 # the group and the mark are backstops (an init killed from outside)
-                signal_group(proc.pid, signal.SIGKILL)
+                container.kill()
                 await trio.to_thread.run_sync(kill_marked, mark)
                 # a descendant that escaped both (clean environment) may still hold the
                 # output pipes: read what is there, but never wait for their end forever

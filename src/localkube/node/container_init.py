@@ -17,18 +17,19 @@ and this script (standard library only, no site packages, so it starts in millis
 1. makes itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux >= 3.4): any
    descendant orphaned by its parent's death is re-parented to it instead of to PID 1, so
    it keeps hold of every process of the container, new sessions included;
-2. starts ``PROGRAM`` (looked up on the container's ``PATH``) as its child, in its own process
-   group (the container's), with the container's environment, working directory and pipes;
+2. starts ``PROGRAM`` (looked up on the container's ``PATH``) as its child, as the leader of a
+   new process group (the container's group, which the node signals), with the container's
+   environment, working directory and pipes;
 3. writes ``pid <main pid>`` (or ``error <errno> <message>`` when the program cannot be
    executed) to the file descriptor ``REPORT_FD`` and closes it;
 4. reaps orphans until the main process exits; then SIGKILLs every remaining descendant
    (re-scanning until it has no child left, as killed processes hand their own children to
    it) and exits the way the main process did (same exit code, or the same signal).
 
-Signals: the node signals the container's process group, which holds this process and the
-main process. This process ignores the stop signals itself (a no-op handler, reset by
-``exec`` in the child) and forwards them to the main process only when the main process has
-left the group, so the main process gets each stop signal exactly once.
+Signals: the node signals the container's process group (the main process's), which this
+process is not in, so even a SIGKILL of the whole group leaves it alive to take down the
+descendants that left the group. A stop signal sent to this process itself is forwarded to
+the container's group (the handler is reset by ``exec`` in the child).
 """
 
 from __future__ import annotations
@@ -128,17 +129,17 @@ def main(argv: list[str]) -> int:
     main_pid = 0
 
     def forward(signum: int, _frame: object) -> None:
-        if main_pid and os.getpgid(0) != _pgid_or_none(main_pid):
+        if main_pid:
             try:
-                os.kill(main_pid, signum)
-            except ProcessLookupError:
+                os.killpg(main_pid, signum)
+            except (ProcessLookupError, PermissionError):
                 pass
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
     try:
         become_subreaper()
-        child = subprocess.Popen(program, close_fds=True)
+        child = subprocess.Popen(program, close_fds=True, process_group=0)
     except OSError as exc:
         _report(report_fd, f"error {exc.errno or 0} {exc.strerror or exc}")
         return 127
@@ -161,13 +162,6 @@ def _report(fd: int, line: str) -> None:
         pass  # the node is gone; the program still runs under this init
     finally:
         os.close(fd)
-
-
-def _pgid_or_none(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
 
 
 if __name__ == "__main__":

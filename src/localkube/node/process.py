@@ -1,21 +1,21 @@
 """Container processes: one init, one process group and one session per container run.
 
-Each container run is started under its own init (:mod:`localkube.node.container_init`) as
-the leader of a new session (``start_new_session``); the init starts the container's main
-process in the same process group, so the node signals the container as a whole:
-``SIGTERM`` to the group, then ``SIGKILL`` after the grace period. The pid file
-(``<pod-root>/run/<container>.pid``) records the main process's pid, the group (the init's
-pid) and the main process's start time in clock ticks since boot (``/proc/<pid>/stat``
+Each container run is started under its own init (:mod:`localkube.node.container_init`), the
+leader of a new session (``start_new_session``); the init starts the container's main
+process as the leader of a new process group, the container's group, so the node signals
+the container as a whole: ``SIGTERM`` to the group, then ``SIGKILL`` after the grace period.
+The pid file (``<pod-root>/run/<container>.pid``) records the main process's pid, its group
+(the same number) and its start time in clock ticks since boot (``/proc/<pid>/stat``
 field 22), so a later ``krt dev down`` or node start can kill a group left behind by a
 crashed node without ever signalling a reused pid.
 
 A process group does not hold everything a container starts: a descendant may call
 ``setsid`` (a daemon, or a Runtime Server's task) and leave it. On Kubernetes the
 container's PID namespace and cgroup still take it down. Here the init is a child
-subreaper: orphaned descendants are re-parented to it, and when the main process exits it
-SIGKILLs every descendant left, whatever its session or environment. To stop a container
-for good the node SIGKILLs the main process and every other group member but the init,
-which then takes the rest down and exits like the main process did. As a second line, every
+subreaper outside the container's group: orphaned descendants are re-parented to it, and
+when the main process exits (a SIGKILL of the whole group included) it SIGKILLs every
+descendant left, whatever its session or environment, then exits like the main process
+did. As a second line, every
 container run also carries a mark in its environment
 (``KRT_CONTAINER_RUN=<pod-dir>/<container>/<run>``), which descendants inherit unless they
 clear their environment; ``krt dev down`` after a crashed node (when the init may be gone
@@ -195,10 +195,11 @@ class ContainerProcess:
     """A running container: its init (the process the node waits for) and its main process.
 
     Attributes:
-        init: the init process (:mod:`localkube.node.container_init`); its pid is the
-            container's process group, and it exits the way the main process did once every
+        init: the init process (:mod:`localkube.node.container_init`), outside the
+            container's process group; it exits the way the main process did once every
             other process of the container is gone. Its stdout/stderr are the container's.
-        main_pid: the container's main process (what the image runs; ``containerID``).
+        main_pid: the container's main process (what the image runs; ``containerID``),
+            leader of the container's process group.
     """
 
     init: trio.Process
@@ -206,22 +207,13 @@ class ContainerProcess:
 
     @property
     def pgid(self) -> int:
-        """The container's process group (the init's pid)."""
-        return self.init.pid
+        """The container's process group (led by the main process)."""
+        return self.main_pid
 
     def kill(self) -> None:
-        """SIGKILL the main process and every other member of the group except the init.
-
-        The init then SIGKILLs the descendants that left the group (their own sessions) and
-        exits; killing it too would orphan them. Synchronous (safe while cancelled).
-        """
-        for pid in [self.main_pid, *group_members(self.pgid)]:
-            if pid == self.init.pid:
-                continue
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                continue
+        """SIGKILL the container's process group; the init then takes down the descendants
+        that left it (their own sessions) and exits. Synchronous (safe while cancelled)."""
+        signal_group(self.pgid, signal.SIGKILL)
 
 
 async def open_container_process(

@@ -106,6 +106,24 @@ async def test_killing_the_main_process_kills_a_task_in_its_own_session(
         kill_quietly(container.main_pid)
 
 
+async def test_a_sigkill_of_the_whole_group_still_takes_the_task_down(tmp_path: Path) -> None:
+    """Killing the container's process group at once (as a chaos tool or ``krt dev down``
+    does) must not kill the init with it: it is outside the group and cleans up."""
+    container = await open_container_process(
+        ["sh", "-c", SPAWNS_ESCAPED_TASK], env=env(), cwd=tmp_path
+    )
+    task = await read_pid(tmp_path / "task.pid")
+    try:
+        assert os.getpgid(container.main_pid) == container.pgid == container.main_pid
+        assert os.getpgid(container.init.pid) != container.pgid
+        os.killpg(container.pgid, signal.SIGKILL)
+        with trio.fail_after(5):
+            assert await container.init.wait() == -signal.SIGKILL
+        assert await dead(task), "the task outlived its container"
+    finally:
+        kill_quietly(task)
+
+
 async def test_the_init_exits_with_the_main_process_code_and_signal(tmp_path: Path) -> None:
     done = await open_container_process(["sh", "-c", "exit 3"], env=env(), cwd=tmp_path)
     with trio.fail_after(5):
@@ -123,8 +141,8 @@ async def test_the_init_exits_with_the_main_process_code_and_signal(tmp_path: Pa
 async def test_the_group_signal_reaches_the_main_process_once_and_spares_the_init(
     tmp_path: Path,
 ) -> None:
-    """SIGTERM to the container's group: the main process handles it (here: counts it and
-    exits 7), and the init stays until the main process is done."""
+    """SIGTERM to the container's group: the main process gets it once (here: counts it and
+    exits 6 + count), and the init, outside the group, stays until the main process is done."""
     script = "n=0; trap 'n=$((n+1))' TERM; echo ready; sleep 0.3 & wait; sleep 0.3; exit $((6+n))"
     container = await open_container_process(["sh", "-c", script], env=env(), cwd=tmp_path)
     assert container.init.stdout is not None

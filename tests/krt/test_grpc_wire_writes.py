@@ -1,0 +1,119 @@
+"""How few writes a unary call takes (krt.grpc): the invoke hot path's per-call costs.
+
+* the client sends header strings as plain HPACK literals, so a ~1 KiB bearer token is not
+  Huffman-coded by pure Python on every call (and not decoded on every call by the server);
+* the server (:class:`krt.grpc.server.CallHandler`) writes a unary answer's headers,
+  message and trailers with one ``send``, and an error's headers with its trailers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.abc
+import purerpc
+import pytest
+import trio
+import trio.testing
+
+from krt.grpc.client import GrpcConnection, GrpcStatusError
+from krt.grpc.server import CallHandler
+from krt.proto.executor.v1 import runtime_grpc
+from krt.proto.executor.v1 import runtime_pb2 as pb
+
+SERVICE = "executor.v1.FunctionRuntime"
+TOKEN = "eyJhbGciOiJSUzI1NiJ9." + "QUJD" * 200 + ".c2ln"
+
+
+class Echo(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
+    async def InvokeFunction(self, message: Any) -> Any:  # noqa: N802
+        if message.invocation_id == "fail":
+            raise purerpc.NotFoundError("no such registration")
+        return pb.InvokeFunctionResponse(invocation_id=message.invocation_id, output=message.input)
+
+
+class CountingStream(anyio.abc.SocketStream):
+    """An accepted socket that counts the server's writes."""
+
+    def __init__(self, inner: anyio.abc.SocketStream) -> None:
+        self.inner = inner
+        self.sends = 0
+
+    async def send(self, item: bytes) -> None:
+        self.sends += 1
+        await self.inner.send(item)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self.inner.receive(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    @property
+    def extra_attributes(self) -> Any:
+        return self.inner.extra_attributes
+
+
+def payload(invocation_id: str) -> bytes:
+    request = pb.InvokeFunctionRequest(invocation_id=invocation_id, input=b'{"n": 1}')
+    return bytes(request.SerializeToString())
+
+
+async def test_the_bearer_token_is_sent_as_a_plain_literal() -> None:
+    client_side, server_side = trio.testing.memory_stream_pair()
+    conn = GrpcConnection(client_side, authority="runtimed:9090")
+    seen = b""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(conn.run)
+        nursery.start_soon(
+            lambda: conn.unary_call(
+                SERVICE,
+                "InvokeFunction",
+                payload("i"),
+                metadata=[("authorization", f"Bearer {TOKEN}")],
+            )
+        )
+        with trio.fail_after(5):
+            while f"Bearer {TOKEN}".encode() not in seen:
+                seen += await server_side.receive_some(65536)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_unary_answer_is_one_write_and_an_error_too() -> None:
+    handler = CallHandler({SERVICE: Echo().service})
+    accepted: list[CountingStream] = []
+
+    async def serve(sock: anyio.abc.SocketStream) -> None:
+        counting = CountingStream(sock)
+        accepted.append(counting)
+        await handler(counting)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, trio.open_nursery() as nursery:
+        nursery.start_soon(listener.serve, serve)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        conn = GrpcConnection(stream, authority=f"127.0.0.1:{port}")
+        await nursery.start(conn.run)
+        with trio.fail_after(10):
+            answer = await conn.unary_call(SERVICE, "InvokeFunction", payload("warm-up"))
+            assert pb.InvokeFunctionResponse.FromString(answer).invocation_id == "warm-up"
+            for invocation_id in ("one", "two", "three"):
+                before = accepted[0].sends
+                answer = await conn.unary_call(SERVICE, "InvokeFunction", payload(invocation_id))
+                assert pb.InvokeFunctionResponse.FromString(answer).output == b'{"n": 1}'
+                await trio.testing.wait_all_tasks_blocked()  # a late second write shows here
+                assert accepted[0].sends - before == 1
+            before = accepted[0].sends
+            with pytest.raises(GrpcStatusError) as failed:
+                await conn.unary_call(SERVICE, "InvokeFunction", payload("fail"))
+            assert failed.value.code == purerpc.StatusCode.NOT_FOUND.value
+            assert failed.value.message == "no such registration"
+            await trio.testing.wait_all_tasks_blocked()
+            assert accepted[0].sends - before == 1
+        conn.close()
+        nursery.cancel_scope.cancel()
