@@ -57,6 +57,8 @@ KEEP_ALIVE_SECONDS = 75.0
 """Seconds an idle keep-alive connection is kept before the server closes it."""
 HANDSHAKE_SECONDS = 10.0
 """Seconds a client has to complete the TLS handshake."""
+DRAIN_SECONDS = 5.0
+"""Seconds allowed for reading the unread rest of a request body after its response."""
 MAX_HEAD_BYTES = 64 * 1024
 """Largest request head (request line and headers, bytes); larger gets 431."""
 MAX_BUFFERED_BYTES = 64 * 1024
@@ -148,14 +150,18 @@ class _Exchange:
             if not isinstance(event, h11.Request):
                 return  # ConnectionClosed
             await self._serve_request(event)
-            if self.broken or self.peer_gone or not self.response_done or not self.keep_alive:
+            if self.broken or self.peer_gone or not self.response_done:
                 return
             if self.conn.client_is_waiting_for_100_continue:
                 return  # answered without asking for the body: it may never come
-            while self.conn.their_state is h11.SEND_BODY:  # drop an unread request body
-                if isinstance(await self._next_event(), h11.ConnectionClosed):
-                    return
-            if self.conn.their_state is not h11.DONE:
+            # read (and drop) what the app left of the request body: closing with unread
+            # data would reset the connection and could lose the response just sent
+            if self.conn.their_state is h11.SEND_BODY:
+                with trio.move_on_after(DRAIN_SECONDS):
+                    while self.conn.their_state is h11.SEND_BODY:
+                        if isinstance(await self._next_event(), h11.ConnectionClosed):
+                            return
+            if not self.keep_alive or self.conn.their_state is not h11.DONE:
                 return
             unread, closed = self.conn.trailing_data
             self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)

@@ -330,6 +330,34 @@ async def test_app_error_before_the_response_is_a_500(serve: Serve) -> None:
     assert head.status_code == 500
 
 
+async def test_unread_request_body_is_drained_so_the_next_request_is_served(
+    serve: Serve,
+) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await echo_app(scope, receive, send)
+            return
+        # answers without reading the body (as a 401 would)
+        await send({"type": "http.response.start", "status": 401, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    client: Client = await serve(app)
+    body = b"x" * 100_000
+    await client.send(
+        h11.Request(
+            method="POST",
+            target="/x",
+            headers=[("host", "localhost"), ("content-length", str(len(body)))],
+        ),
+        h11.Data(data=body),
+        h11.EndOfMessage(),
+    )
+    head, _ = await client.response()
+    assert head.status_code == 401
+    _, echoed = await client.get("/next")
+    assert echoed.startswith(b"GET /next?")
+
+
 async def test_connection_close_request_ends_the_connection(serve: Serve) -> None:
     client: Client = await serve(echo_app)
     head, _ = await client.get("/x", connection="close")

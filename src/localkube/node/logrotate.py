@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 import trio
 
@@ -71,7 +71,10 @@ class RotatingLog:
         ValueError: if ``max_bytes`` or ``max_files`` is below 1.
 
     Use as ``async with RotatingLog(...) as log: await log.write(data)``. Writers may run
-    concurrently (stdout and stderr pumps): writes are serialised.
+    concurrently (stdout and stderr pumps): writes are serialised. Each write (its parts,
+    any rotation and the flush) is one worker-thread call: the node shares its event loop
+    with localkube's API server, and a burst of short log lines (issue 6: runtimed and the
+    Runtime Servers log per Run) cost two thread hops each before.
     """
 
     def __init__(self, path: Path, *, max_bytes: int, max_files: int) -> None:
@@ -82,49 +85,57 @@ class RotatingLog:
         self.path = path
         self.max_bytes = max_bytes
         self.max_files = max_files
-        self._file: Any = None
+        self._file: BinaryIO | None = None
         self._size = 0
         self._lock = trio.Lock()
 
     async def __aenter__(self) -> RotatingLog:
-        self._file = await trio.open_file(self.path, "ab")
-        self._size = (await trio.Path(self.path).stat()).st_size
+        self._file, self._size = await trio.to_thread.run_sync(self._open)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._file is not None:
             with trio.CancelScope(shield=True):
-                await self._file.aclose()
+                await trio.to_thread.run_sync(self._file.close)
             self._file = None
+
+    def _open(self) -> tuple[BinaryIO, int]:
+        f = open(self.path, "ab")  # noqa: SIM115 - closed by __aexit__ / _rotate
+        return f, os.fstat(f.fileno()).st_size
 
     async def write(self, data: bytes) -> None:
         """Append ``data`` (whole CRI records, newline-terminated) and flush, rotating
         between records so that no file grows past ``max_bytes`` (a single record longer
         than that gets a file of its own)."""
         async with self._lock:
-            while data:
-                room = self.max_bytes - self._size
-                if len(data) <= room:
-                    part, data = data, b""
-                else:
-                    cut = data.rfind(b"\n", 0, room) + 1
-                    if cut == 0 and self._size:
-                        await self._rotate()
-                        continue
-                    if cut == 0:  # one record longer than a whole file
-                        cut = data.find(b"\n") + 1 or len(data)
-                    part, data = data[:cut], data[cut:]
-                await self._file.write(part)
-                self._size += len(part)
-                if data:
-                    await self._rotate()
-            await self._file.flush()
+            await trio.to_thread.run_sync(self._append, data)
 
-    async def _rotate(self) -> None:
-        await self._file.aclose()
-        await trio.to_thread.run_sync(_shift, self.path, self.max_files)
-        self._file = await trio.open_file(self.path, "ab")
-        self._size = 0
+    def _append(self, data: bytes) -> None:
+        """The blocking body of :meth:`write` (runs in a worker thread)."""
+        assert self._file is not None, "RotatingLog used outside its async with block"
+        while data:
+            room = self.max_bytes - self._size
+            if len(data) <= room:
+                part, data = data, b""
+            else:
+                cut = data.rfind(b"\n", 0, room) + 1
+                if cut == 0 and self._size:
+                    self._rotate()
+                    continue
+                if cut == 0:  # one record longer than a whole file
+                    cut = data.find(b"\n") + 1 or len(data)
+                part, data = data[:cut], data[cut:]
+            self._file.write(part)
+            self._size += len(part)
+            if data:
+                self._rotate()
+        self._file.flush()
+
+    def _rotate(self) -> None:
+        assert self._file is not None
+        self._file.close()
+        _shift(self.path, self.max_files)
+        self._file, self._size = self._open()
 
 
 def _shift(path: Path, max_files: int) -> None:
