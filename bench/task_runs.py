@@ -25,8 +25,8 @@ logs: informer delivery ``seen``, claim write, source preparation, Status NOT_FO
 start worker, Execute, the first sighting of the finished execution, the terminal write; see
 ``runtimed.timeline``), and the CPU milliseconds per Run that each process of the cluster
 used during the burst (``/proc``; ``localkube+bench`` is this process: API server, node and
-client together). The client keeps its connections alive (see
-:func:`keep_connections_alive`) so its own TLS handshakes are not charged to the API server.
+client together). Every client (this one included) keeps its idle connections alive
+(``krt.kube.client``), so a burst does not turn into TLS handshakes at the API server.
 
 Targets (issue 6): complete p50 under 150 ms and over 40 Runs/s on this machine (published
 Go kruntimes figure on kind: p50 580 ms, 11.3 Runs/s).
@@ -90,7 +90,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             Path(tmp) / "state", controlplane_process=not args.inprocess_controlplane
         ) as cluster:
             kube = cluster.kube
-            keep_connections_alive(kube, connections=args.concurrency + 5)
             await kube.create(
                 RUNTIMES,
                 runtime_manifest("bash", kind="bash", replicas=args.pods, runs=args.capacity),
@@ -203,23 +202,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def keep_connections_alive(kube: Any, *, connections: int) -> None:
-    """Keep the benchmark client's connections open between its creates.
-
-    httpcore (under httpx, under kr8s) closes an idle connection whenever the client holds
-    more than ``max_keepalive_connections`` (20) connections *in total*, active ones and
-    watches included (encode/httpcore#1000). With 25 creates in flight plus the informer's
-    watch, every create then opens (and TLS-handshakes) a new connection, and that cost lands
-    on the API server, which runs in this process: it would be charged to the system under
-    test. Raising this client's keep-alive limit removes the artifact. The control plane's
-    and runtimed's clients are left as they are (they are the system).
-    """
-    session = getattr(kube.api, "_session", None)  # kr8s's httpx.AsyncClient (private)
-    pool = getattr(getattr(session, "_transport", None), "_pool", None)
-    if pool is not None and hasattr(pool, "_max_keepalive_connections"):
-        pool._max_keepalive_connections = max(pool._max_keepalive_connections, connections)
 
 
 def cpu_by_program() -> dict[str, float]:

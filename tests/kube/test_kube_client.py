@@ -338,3 +338,36 @@ async def test_runs_and_runtimes_refs_match_the_crds(kube: Kube) -> None:
                 except errors.NotFound:
                     await trio.sleep(0.01)
         assert items == []
+
+
+async def test_idle_connections_stay_open_beside_many_watches(kube: Kube) -> None:
+    """With 22 watches open, a burst's connections are kept and reused (encode/httpcore#1000).
+
+    httpx's default pool would close every idle connection once the pool holds more than 20
+    (watches included), so each request of the next burst would open and TLS-handshake anew.
+    """
+    session = kube.api._session
+    pool = session._transport._pool  # type: ignore[union-attr]
+    _, rv = await kube.list(PODS, "default")
+
+    async def burst() -> None:
+        async with trio.open_nursery() as burst_nursery:
+            for _ in range(5):
+                burst_nursery.start_soon(kube.list, PODS, "default")
+
+    async def watch_forever() -> None:
+        await _drain(kube.watch(PODS, "default", rv, timeout_seconds=60, bookmarks=False))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            for _ in range(22):
+                nursery.start_soon(watch_forever)
+            # httpcore has no event for "connection in use"; poll its pool until all 22 stream
+            while sum(not c.is_idle() for c in pool.connections) < 22:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            await burst()
+            opened = {id(c) for c in pool.connections}
+            assert len(opened) >= 23  # the burst's connections are still there, idle
+            await burst()
+            assert {id(c) for c in pool.connections} == opened  # reused, none opened anew
+            nursery.cancel_scope.cancel()

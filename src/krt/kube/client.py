@@ -66,6 +66,41 @@ class ConfigError(KubeError):
     """No usable client configuration (no kubeconfig, not in a cluster, unknown context)."""
 
 
+class _Api(Api):
+    """kr8s's ``Api`` whose httpx session keeps every idle connection it may open.
+
+    httpcore closes an idle connection whenever the pool holds more than
+    ``max_keepalive_connections`` (httpx default 20) connections *in total*, long-lived watches
+    included (encode/httpcore#1000). A component with a handful of watches then opens, and
+    TLS-handshakes, a new connection for nearly every request of a burst, and the handshakes
+    land on the API server. kr8s builds its ``httpx.AsyncClient`` itself (also again after a
+    re-authentication) without a ``limits`` argument, so the pool is adjusted after each
+    build: keep-alive up to ``max_connections`` (httpx default 100).
+    """
+
+    async def _create_session(self) -> None:
+        await super()._create_session()
+        keep_all_connections_alive(self._session)
+
+
+def keep_all_connections_alive(session: httpx.AsyncClient | None) -> bool:
+    """Raise the session's keep-alive limit to its connection limit (see :class:`_Api`).
+
+    Args:
+        session: kr8s's httpx client (``None`` before the first request).
+
+    Returns:
+        True when the pool was found and adjusted; False when httpx's private layout changed
+        (the client still works, with httpx's default keep-alive limit).
+    """
+    pool = getattr(getattr(session, "_transport", None), "_pool", None)
+    maximum = getattr(pool, "_max_connections", None)
+    if pool is None or not hasattr(pool, "_max_keepalive_connections") or maximum is None:
+        return False
+    pool._max_keepalive_connections = maximum
+    return True
+
+
 def _dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
@@ -642,7 +677,7 @@ async def connect(
     # per (thread, asyncio loop); under trio the loop id is always 0, so separate trio.run
     # calls in one thread (tests, CLI commands) would share an httpx session bound to a
     # finished event loop.
-    api = Api(bypass_factory=True, context=context, namespace=namespace, **kwargs)
+    api = _Api(bypass_factory=True, context=context, namespace=namespace, **kwargs)
     try:
         try:
             await api
