@@ -1,25 +1,33 @@
 """Invoke benchmark: the gateway against a bare HTTPS echo server, same machine, same run.
 
-Issue 8 (``bench/invoke.py``). This is the gateway-only part: the FunctionRuntime behind the
-gateway is a fake purerpc servicer that echoes its input (no runtimed, no Runtime Server),
-so the numbers are the gateway's own cost: TLS termination, HTTP/1.1 parsing, validation,
-one gRPC hop over a pooled HTTP/2 connection, and the response. The end-to-end run on
-localkube (runtimed + Runtime Server) is still to come.
+Issue 8 (``bench/invoke.py``). By default the FunctionRuntime behind the gateway is a fake
+servicer that echoes its input, served by :class:`krt.grpc.server.CallHandler` (the
+connection handler runtimed and the Runtime Servers use), so the numbers are the gateway's
+own cost: TLS termination, HTTP/1.1 parsing, validation, one gRPC hop over a pooled HTTP/2
+connection, and the response. With ``--full`` the upstream is the production invoke path
+behind the gateway: runtimed's :class:`~runtimed.dataplane.proxy.InvokeProxy` (request
+checks, ownership cache, authorization cache, slot, registration ID; its caches fed
+directly instead of by informers, authorization answered from a table) in front of a real
+Python Runtime Server (``python -m servers.python``) with the echo handler registered for
+each of the 8 Runs. Requests carry a bearer token shaped like a ServiceAccount JWT (about
+1 KiB), as real callers do.
 
 Processes (so no two roles share an event loop; the machine has 2 cores):
 
-* the fake FunctionRuntime (purerpc on trio), a child process;
-* the gateway (``python -m gateway``), a child process, ``--target`` pointing at the fake;
+* the fake FunctionRuntime, or runtimed's proxy plus the Runtime Server (and its 8 handler
+  workers), child processes;
+* the gateway (``python -m gateway``), a child process, ``--target`` pointing upstream;
 * the baseline: a bare HTTPS echo (hypercorn on trio, a 20-line ASGI app), a child process;
 * the client (this process): keep-alive HTTPS with httpx, trustme certificates.
 
 Prints, for gateway and baseline: sequential latency p50/p99 (ms) and throughput (req/s),
-the p50 ratio, and invokes/s with 8 function Runs (8 UIDs) invoked in parallel, each over its
-own keep-alive connection. Targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s
-across 8 Runs.
+the p50 ratio, invokes/s with 8 function Runs (8 UIDs) invoked in parallel, each over its
+own keep-alive connection, and the CPU time each process spent per sequential request (ms,
+from /proc). Targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s across 8 Runs.
 
-Usage: ``python bench/invoke.py [--calls N] [--parallel-seconds S] [--json]``
-``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py.
+Usage: ``python bench/invoke.py [--full] [--calls N] [--parallel-seconds S] [--json]``
+``--quick`` is a short run; ``--no-baseline`` skips the echo; ``--report-json PATH`` writes
+the figures for bench/report.py.
 """
 
 from __future__ import annotations

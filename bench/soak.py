@@ -11,10 +11,13 @@ a fault every minute shows no memory growth beyond 10% after warm-up in any daem
    suite's quick faults (Runtime Server, runtimed, gateway, Pod deletion, control plane, API
    server, a whole Pod's processes).
 4. RSS of every daemon process (localkube, control plane, gateway, each runtimed, each
-   Runtime Server) after the warm-up (``--warmup`` seconds, default a fifth of the soak)
-   and at the end. A process a fault restarted is new at the end and is listed, not
-   compared; every process alive at both samples must not have grown more than
-   ``--max-growth`` (10%).
+   Runtime Server), sampled every 10 s. Faults restart daemons, so each process is judged
+   on its own life: its RSS ``--warmup`` seconds after it was first seen (default a fifth
+   of the soak, at most 2 minutes) against its last sample, when at least ``--min-span``
+   seconds (default a quarter of the soak) separate them; none may grow more than
+   ``--max-growth`` (10%). Shorter-lived processes are listed, not compared. localkube
+   (API server, node and proxy in one process: the stand-in for Kubernetes, not a
+   kruntimes daemon) is printed but not judged.
 
 Also checked over the whole soak: no undocumented status and no answer from a fenced-off
 owner. Exit status 1 when a check fails.
@@ -63,6 +66,10 @@ SOAK_FAULTS: tuple[type[Fault], ...] = (
     KillPodProcesses,
 )
 PAGE = os.sysconf("SC_PAGE_SIZE")
+#: The kruntimes daemons the growth bound applies to (localkube stands in for Kubernetes).
+JUDGED_ROLES = frozenset({"controlplane", "gateway", "runtimed", "runtime-server"})
+#: Seconds between RSS samples of every daemon.
+SAMPLE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -120,11 +127,40 @@ def _ours(entry: Path, cluster: c.ChaosCluster) -> bool:
         return False
 
 
-def print_rss(title: str, sample: dict[Daemon, int]) -> None:
-    """One line per daemon: role, pid, RSS in MiB."""
-    print(title, flush=True)
-    for daemon, rss in sorted(sample.items(), key=lambda kv: (kv[0].role, kv[0].pid)):
-        print(f"  {daemon.role:15} pid {daemon.pid:7}  RSS {rss / 2**20:7.1f} MiB", flush=True)
+def compare_rss(
+    samples: dict[Daemon, list[tuple[float, int]]], *, warmup: float, span: float, max_growth: float
+) -> list[str]:
+    """Print each daemon's RSS after its warm-up and at its last sample; return the failures.
+
+    A daemon's warm-up starts when it was first seen (a fault may have restarted it); it is
+    compared when at least ``span`` seconds separate its warm-up sample from its last one.
+    """
+    failures = []
+    print(
+        f"RSS per daemon (MiB) {warmup:.0f} s after it was first seen, and at its last sample; "
+        f"compared over at least {span:.0f} s:",
+        flush=True,
+    )
+    for daemon, seen in sorted(samples.items(), key=lambda kv: (kv[0].role, kv[1][0][0])):
+        first = seen[0][0]
+        warm = next(((t, rss) for t, rss in seen if t >= first + warmup), None)
+        last_t, last_rss = seen[-1]
+        head = f"  {daemon.role:15} pid {daemon.pid:7} seen {first:5.0f}-{last_t:5.0f} s"
+        if warm is None or last_t - warm[0] < span:
+            print(f"{head}  lived too short after warm-up: not compared", flush=True)
+            continue
+        growth = last_rss / warm[1] - 1
+        judged = daemon.role in JUDGED_ROLES
+        print(
+            f"{head}  {warm[1] / 2**20:6.1f} -> {last_rss / 2**20:6.1f}  ({growth * 100:+5.1f}%)"
+            + ("" if judged else "  (the test cluster itself: printed, not judged)"),
+            flush=True,
+        )
+        if judged and growth > max_growth:
+            failures.append(
+                f"{daemon.role} pid {daemon.pid} grew {growth * 100:.1f}% after warm-up"
+            )
+    return failures
 
 
 async def soak(args: argparse.Namespace, cluster: c.ChaosCluster) -> int:
@@ -156,21 +192,22 @@ async def soak(args: argparse.Namespace, cluster: c.ChaosCluster) -> int:
         load = InvokeLoad(cluster, tokens, endpoints, interval=len(names) / rate)
         ctx = FaultContext(cluster, kube, timeline, tokens)
         duration = args.minutes * 60.0
-        warmup = args.warmup if args.warmup is not None else duration / 5
+        warmup = args.warmup if args.warmup is not None else min(duration / 5, 120.0)
+        span = args.min_span if args.min_span is not None else duration / 4
         every = min(args.fault_every, duration / 2)
         start = trio.current_time()
-        before: dict[Daemon, int] = {}
+        samples: dict[Daemon, list[tuple[float, int]]] = {}
         async with trio.open_nursery() as soaking:
             await soaking.start(load.run)
             next_fault = start + every
-            sampled = False
+            next_sample = start
             fault_index = 0
             while trio.current_time() < start + duration:
                 now = trio.current_time()
-                if not sampled and now >= start + warmup:
-                    before = daemons(cluster)
-                    print_rss(f"RSS after warm-up ({warmup:.0f} s):", before)
-                    sampled = True
+                if now >= next_sample:
+                    for daemon, rss in daemons(cluster).items():
+                        samples.setdefault(daemon, []).append((now - start, rss))
+                    next_sample += SAMPLE_SECONDS
                 if now >= next_fault:
                     fault = SOAK_FAULTS[fault_index % len(SOAK_FAULTS)]()
                     fault_index += 1
@@ -182,17 +219,9 @@ async def soak(args: argparse.Namespace, cluster: c.ChaosCluster) -> int:
                     next_fault += every
                 await trio.sleep(0.5)
             soaking.cancel_scope.cancel()
-        after = daemons(cluster)
-        print_rss(f"RSS at the end ({duration:.0f} s):", after)
-        for daemon, rss in sorted(before.items(), key=lambda kv: (kv[0].role, kv[0].pid)):
-            if daemon not in after:
-                print(f"  {daemon.role} pid {daemon.pid}: restarted by a fault, not compared")
-                continue
-            growth = after[daemon] / rss - 1
-            line = f"  {daemon.role:15} pid {daemon.pid:7}  growth {growth * 100:+6.1f}%"
-            print(line, flush=True)
-            if growth > args.max_growth:
-                failures.append(f"{daemon.role} pid {daemon.pid} grew {growth * 100:.1f}%")
+        for daemon, rss in daemons(cluster).items():
+            samples.setdefault(daemon, []).append((duration, rss))
+        failures += compare_rss(samples, warmup=warmup, span=span, max_growth=args.max_growth)
         ok = sum(1 for r in load.records if r.status == 200)
         counts = promises.status_counts(load.records)
         print(f"soak invokes: {len(load.records)} ({dict(counts)}), {ok / duration:.0f} ok/s")
@@ -216,7 +245,12 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.8, help="fraction of the peak")
     parser.add_argument("--peak-seconds", type=float, default=10.0)
     parser.add_argument("--fault-every", type=float, default=60.0, help="seconds")
-    parser.add_argument("--warmup", type=float, default=None, help="seconds (default 1/5)")
+    parser.add_argument(
+        "--warmup", type=float, default=None, help="seconds after a daemon starts (default 1/5)"
+    )
+    parser.add_argument(
+        "--min-span", type=float, default=None, help="seconds compared at least (default 1/4)"
+    )
     parser.add_argument("--max-growth", type=float, default=0.10)
     parser.add_argument("--state-dir", type=Path, default=None)
     args = parser.parse_args()

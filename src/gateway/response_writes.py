@@ -4,12 +4,13 @@ hypercorn's HTTP/1.1 protocol writes every h11 event on its own: the status line
 headers, then the body, each as a separate TLS record and ``send`` system call. On loopback
 every write wakes the client once more, and on this project's 2-core machines those system
 calls and wakeups were the largest single cost of an invoke (profiled with py-spy under
-``bench/invoke.py``: about a fifth of the gateway's CPU went to ``send``). The ASGI app
-cannot change that: hypercorn sends the head only when the first body message arrives, and
-then immediately writes both, separately.
+``bench/invoke.py``: about a fifth of the gateway's busy samples were inside ``send``). The
+ASGI app cannot change that: hypercorn sends the head only when the first body message
+arrives, and then immediately writes both, separately.
 
 :func:`install` makes the head wait for the next h11 event of the same response (the body,
-or the end of a body-less response) and go out in the same write. The bytes on the wire are
+or the end of a body-less response) and go out in the same write, and skips the empty write
+hypercorn makes for the end of a ``Content-Length`` body. The bytes on the wire are
 unchanged; only their grouping into writes differs. Nothing else of hypercorn changes.
 
 hypercorn offers no hook for this, so the one method that turns h11 events into writes is
@@ -54,7 +55,8 @@ async def _send_h11_event(self: Any, event: Any) -> None:
     if head is not None:
         setattr(self, _HEAD, None)
         data = head + data
-    await self.send(RawData(data=data))
+    if data:  # the end of a Content-Length body is no bytes: no write (a lock and a checkpoint)
+        await self.send(RawData(data=data))
 
 
 def install() -> bool:

@@ -139,13 +139,7 @@ async def _exercise(
     bound = max(f.recovery_bound for f in faults)
     async with trio.open_nursery() as nursery:
         await nursery.start(load.run)
-        task_scope = trio.CancelScope()
-
-        async def tasks_until_stopped() -> None:
-            with task_scope:
-                await tasks.run()
-
-        nursery.start_soon(tasks_until_stopped)
+        await nursery.start(tasks.run)
         await trio.sleep(size.warmup)
         fault_at = trio.current_time()
         async with trio.open_nursery() as inject:
@@ -160,7 +154,6 @@ async def _exercise(
                 await trio.sleep(0.25)
         await trio.sleep_until(fault_at + max(f.min_duration for f in faults))
         await trio.sleep(size.observe)
-        task_scope.cancel()
         nursery.cancel_scope.cancel()
     await _probe(load, endpoints, deadline=fault_at + bound)
     with trio.move_on_after(size.settle):
@@ -223,6 +216,15 @@ def _judge(
     owners = {(r.run, r.pod) for r in records if r.status == 200}
     moved = sum(1 for fn in endpoints if len({p for run, p in owners if run == fn}) > 1)
     report.figures.append(f"functions served by more than one Pod over time: {moved}")
+    failed = {
+        fn: sum(1 for r in records if r.run == fn and r.status != 200 and r.sent >= fault_at)
+        for fn in sorted(endpoints)
+    }
+    served_by = {fn: sorted({p[-5:] for run, p in owners if run == fn}) for fn in sorted(endpoints)}
+    report.figures.append(
+        "failed invokes after the fault per function (serving Pods): "
+        + ", ".join(f"{fn[-4:]}: {n} {served_by[fn]}" for fn, n in failed.items())
+    )
     bad = promises.undocumented_statuses(records)
     report.figures.append(f"undocumented statuses: {dict(bad) or 'none'}")
     report.violations += [f"undocumented status {code} x{n}" for code, n in bad.items()]

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -117,3 +118,87 @@ async def test_a_unary_answer_is_one_write_and_an_error_too() -> None:
             assert accepted[0].sends - before == 1
         conn.close()
         nursery.cancel_scope.cancel()
+
+
+class StepCounter(trio.abc.Instrument):
+    """Counts trio task steps (each is a pass through the scheduler for one task)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def test_a_unary_call_takes_few_scheduler_passes() -> None:
+    """Client and server together: about 11 task steps per call (purerpc's stock loops: ~20).
+
+    The server queues a call's events without yielding and wakes its writer only with data
+    to send; the client wakes its writer only to send; the answer is one packet.
+    """
+    handler = CallHandler({SERVICE: Echo().service})
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    counter = StepCounter()
+    async with listener, trio.open_nursery() as nursery:
+        nursery.start_soon(listener.serve, handler)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        conn = GrpcConnection(stream, authority=f"127.0.0.1:{port}")
+        await nursery.start(conn.run)
+        with trio.fail_after(10):
+            for _ in range(5):
+                await conn.unary_call(SERVICE, "InvokeFunction", payload("warm-up"))
+            await trio.testing.wait_all_tasks_blocked()
+            trio.lowlevel.add_instrument(counter)
+            calls = 50
+            for index in range(calls):
+                await conn.unary_call(SERVICE, "InvokeFunction", payload(f"call-{index}"))
+            await trio.testing.wait_all_tasks_blocked()
+            trio.lowlevel.remove_instrument(counter)
+        assert counter.steps / calls <= 14, f"{counter.steps / calls:.1f} task steps per call"
+        conn.close()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_call_reset_before_its_answer_is_dropped_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The method returns (without a checkpoint) after its caller reset the stream.
+
+    The answer is queued only after the method, so the stream can be gone by then; that is
+    a cancelled call, not an internal error, and the connection serves the next call.
+    """
+    caplog.set_level(logging.INFO, logger="krt.grpc.server")
+    entered = trio.Event()
+    release = trio.Event()
+
+    class Stubborn(Echo):
+        async def InvokeFunction(self, message: Any) -> Any:  # noqa: N802
+            if message.invocation_id == "stubborn":
+                entered.set()
+                with trio.CancelScope(shield=True):
+                    await release.wait()
+            return await super().InvokeFunction(message)
+
+    handler = CallHandler({SERVICE: Stubborn().service})
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, trio.open_nursery() as nursery:
+        nursery.start_soon(listener.serve, handler)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        conn = GrpcConnection(stream, authority=f"127.0.0.1:{port}")
+        await nursery.start(conn.run)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as calls:
+                calls.start_soon(conn.unary_call, SERVICE, "InvokeFunction", payload("stubborn"))
+                await entered.wait()
+                calls.cancel_scope.cancel()  # the client resets the stream
+            await trio.testing.wait_all_tasks_blocked()  # the server has read the reset
+            release.set()
+            await trio.testing.wait_all_tasks_blocked()
+            answer = await conn.unary_call(SERVICE, "InvokeFunction", payload("next"))
+            assert pb.InvokeFunctionResponse.FromString(answer).invocation_id == "next"
+        conn.close()
+        nursery.cancel_scope.cancel()
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
+    assert any(r.getMessage() == "call cancelled by the client" for r in caplog.records)

@@ -49,11 +49,9 @@ def kube_options(func: F) -> F:
 
     @functools.wraps(func)  # keeps the options declared below this decorator
     def collect(**kwargs: Any) -> Any:
-        target = KubeTarget(
-            kubeconfig=kwargs.pop("kubeconfig"),
-            context=kwargs.pop("context"),
-            namespace=kwargs.pop("namespace"),
-        )
+        ctx = click.get_current_context()
+        values = {name: kwargs.pop(name) for name in TARGET_OPTIONS}
+        target = KubeTarget(**{name: _choose(ctx, name, values[name]) for name in TARGET_OPTIONS})
         return func(target=target, **kwargs)
 
     decorated: Any = collect
@@ -80,6 +78,70 @@ def kube_options(func: F) -> F:
     ):
         decorated = option(decorated)
     return decorated  # type: ignore[no-any-return]
+
+
+#: The connection options, as the parameter names of :func:`kube_options` and of the group.
+TARGET_OPTIONS = ("kubeconfig", "context", "namespace")
+#: Where the ``krt`` group keeps the connection options given before the command name.
+GLOBAL_TARGET_KEY = "krt_global_target"
+
+
+def global_kube_options(func: F) -> F:
+    """The same three options on the ``krt`` group, as kubectl takes them before the verb.
+
+    ``krt -n team-a get`` and ``krt --kubeconfig k.yaml invoke f`` work like kubectl's
+    global flags: the values are kept in the root context's ``meta`` and used by every
+    command with :func:`kube_options`. Precedence: the command's own flag, then the flag
+    before the command, then the environment (``KRT_*``, ``$KUBECONFIG``), then defaults.
+    """
+
+    def remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        source = ctx.get_parameter_source(str(param.name))
+        if value is not None and source is click.core.ParameterSource.COMMANDLINE:
+            ctx.meta.setdefault(GLOBAL_TARGET_KEY, {})[str(param.name)] = value
+        return value
+
+    decorated: Any = func
+    for option in reversed(
+        [
+            click.option(
+                "--kubeconfig",
+                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                expose_value=False,
+                allow_from_autoenv=False,  # KRT_* are read by the command's own options
+                callback=remember,
+                help="Kubeconfig file for the command (also accepted after it).",
+            ),
+            click.option(
+                "--context",
+                expose_value=False,
+                allow_from_autoenv=False,  # KRT_* are read by the command's own options
+                callback=remember,
+                help="Kubeconfig context for the command.",
+            ),
+            click.option(
+                "-n",
+                "--namespace",
+                expose_value=False,
+                allow_from_autoenv=False,  # KRT_* are read by the command's own options
+                callback=remember,
+                help="Namespace for the command.",
+            ),
+        ]
+    ):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+def _choose(ctx: click.Context, name: str, value: Any) -> Any:
+    """The command's own flag, else the one given before the command, else env/default."""
+    if (
+        value is not None
+        and ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    ):
+        return value
+    given = ctx.find_root().meta.get(GLOBAL_TARGET_KEY) or {}
+    return given.get(name, value)
 
 
 @asynccontextmanager

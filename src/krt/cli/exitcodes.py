@@ -54,7 +54,7 @@ class ExitCode(IntEnum):
 #: One-line descriptions for the ``--help`` epilog and docs/cli.md, in code order.
 DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.OK: "success (run --wait: Succeeded; invoke: 200)",
-    ExitCode.RUN_UNSUCCESSFUL: "Run ended Failed/Timeout/Cancelled, or function not Ready",
+    ExitCode.RUN_UNSUCCESSFUL: "Run ended Failed/Timeout/Cancelled (function: before Ready)",
     ExitCode.USAGE: "usage error: bad flag, file or JSON (nothing was sent)",
     ExitCode.NOT_FOUND: "not found: Run, Runtime or function (404)",
     ExitCode.UNAUTHENTICATED: "unauthenticated: missing/invalid/expired token (401)",

@@ -8,6 +8,7 @@ shown for an expected failure.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
@@ -55,8 +56,42 @@ def describe_api_error(exc: ApiError, what: str = "") -> CommandFailed:
         detail = f"{detail} (choose another name, or omit NAME to generate one)"
     elif exc.code == 401:
         detail = f"{detail} (the kubeconfig's credentials were rejected; log in again)"
+    elif exc.code == 403:
+        detail = f"{detail} ({forbidden_advice(detail)})"
     prefix = f"{what}: " if what else ""
     return CommandFailed(for_http_status(exc.code, exc.reason), f"{prefix}{one_line(detail)}")
+
+
+#: The Kubernetes RBAC denial text: ``User "u" cannot get resource "runs" in API group
+#: "kruntimes.io" in the namespace "default"`` (the namespace part is absent for cluster scope).
+_FORBIDDEN = re.compile(
+    r'cannot (?P<verb>[a-z]+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"'
+    r'(?: in the namespace "(?P<namespace>[^"]+)")?'
+)
+
+
+def forbidden_advice(message: str) -> str:
+    """What to do about an RBAC denial (HTTP 403), for the end of the one-line message.
+
+    Args:
+        message: the API server's ``Status.message`` of the 403.
+
+    Returns:
+        The advice: the permission to ask for and the ``kubectl auth can-i`` command that
+        checks it when the message names them (the standard Kubernetes wording), else a
+        generic pointer to docs/security.md.
+    """
+    match = _FORBIDDEN.search(message)
+    if match is None:
+        return (
+            "RBAC does not allow this: ask a cluster admin for the permission; see docs/security.md"
+        )
+    resource = match["resource"] + (f".{match['group']}" if match["group"] else "")
+    where = f" -n {match['namespace']}" if match["namespace"] else ""
+    return (
+        f"ask a cluster admin for a Role granting '{match['verb']}' on {resource}{where}, "
+        f"see docs/security.md; check with: kubectl auth can-i {match['verb']} {resource}{where}"
+    )
 
 
 def one_line(text: str, limit: int = 500) -> str:
@@ -95,6 +130,12 @@ def run_async(main: Callable[[], Awaitable[T]]) -> T:
 
 _EXPECTED = (CommandFailed, KubeError, KeyboardInterrupt)
 
+#: What to do when there is no kubeconfig: the flags, or the local cluster of the README.
+CONFIG_ADVICE = (
+    "use --kubeconfig FILE or set KUBECONFIG; for a local cluster run "
+    "krt dev up --detach, then source ~/.krt/dev/env"
+)
+
 
 def _expected_leaf(exc: BaseException) -> BaseException | None:
     """The expected error inside ``exc`` (a nursery wraps errors in exception groups)."""
@@ -117,5 +158,8 @@ def _classify(exc: BaseException) -> tuple[ExitCode, str]:
         failure = describe_api_error(exc)
         return failure.code, failure.message
     if isinstance(exc, KubeError):  # krt.kube.client.ConfigError, or another client-side error
-        return ExitCode.UNREACHABLE, f"no usable Kubernetes configuration: {exc}"
+        return (
+            ExitCode.UNREACHABLE,
+            f"no usable Kubernetes configuration: {exc} ({CONFIG_ADVICE})",
+        )
     return ExitCode.INTERRUPTED, "interrupted"

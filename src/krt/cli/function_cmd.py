@@ -9,7 +9,7 @@ command waits for phase Ready (seed 000: registered and accepting invokes) and p
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import click
@@ -108,6 +108,7 @@ def create_cmd(
     check_run_name(name)
     source = read_source(file)
     check_handler(handler, file=file, source=source)
+    check_builtin_runtime_file(runtime, file)
     common = CommonSpec(
         runtime=runtime,
         env=check_env(env),
@@ -133,15 +134,16 @@ def create_cmd(
                 _print(created, output)
                 return
             click.echo(f"run.kruntimes.io/{name} created; waiting for Ready", err=True)
+            progress = Progress(name)
             with time_limit(
-                wait_timeout, f"function {name} did not become Ready (see krt describe {name})"
+                wait_timeout, f"function {name} did not become Ready", progress=progress
             ):
                 final = await wait_with_progress(
                     kube,
                     kube.namespace,
                     name,
                     lambda o: target_reached(o, WaitTarget.READY),
-                    Progress(name),
+                    progress,
                 )
         status = final.get("status") or {}
         phase = phase_of(status.get("phase"))
@@ -150,13 +152,68 @@ def create_cmd(
             raise CommandFailed(
                 ExitCode.RUN_UNSUCCESSFUL,
                 f"function {name} ended {phase.value} instead of becoming Ready"
-                + (f": {why}" if why else "")
+                + (f": {without_traceback(why)}" if why else "")
                 + f" (see krt describe {name} and krt logs {name} --runtimed)",
             )
         click.echo(f"function {name} is Ready", err=True)
         _print(final, output)
 
     run_async(main)
+
+
+#: The file each built-in Runtime loads a handler ``m.f`` from (seed 002, adapter rules).
+BUILTIN_HANDLER_SUFFIX = {"python": ".py", "bash": ".sh"}
+
+
+def check_builtin_runtime_file(runtime: str, file: Path) -> None:
+    """Reject a ``--file`` the built-in Runtime cannot load the handler from.
+
+    Seed 002, built-in adapters: the Python Runtime imports module ``m`` (``m.py``), the Bash
+    Runtime sources ``m.sh``; the file is uploaded under its own name, so ``--runtime bash
+    --file wc.py`` registers and then fails on the Pod ("handler file wc.sh not found").
+
+    Args:
+        runtime: ``--runtime``; other (custom) Runtimes are not checked.
+        file: ``--file``.
+
+    Raises:
+        click.BadParameter: a built-in Runtime and a file of another extension.
+    """
+    suffix = BUILTIN_HANDLER_SUFFIX.get(runtime)
+    if suffix is None or file.suffix == suffix:
+        return
+    others = [name for name, ext in BUILTIN_HANDLER_SUFFIX.items() if ext == file.suffix]
+    hint = f", or --runtime {others[0]} for a {file.suffix} file" if others else ""
+    raise click.BadParameter(
+        f"the {runtime} Runtime loads a handler from a {suffix} file, not {file.name} "
+        f"(use a {PurePosixPath(file.name).stem}{suffix}{hint})",
+        param_hint="'--file'",
+    )
+
+
+#: Where a Python traceback starts inside a status message (seed 002: a registration that
+#: cannot import the handler reports the exception, then the innermost frames).
+TRACEBACK_START = " Traceback (most recent call last"
+
+
+def without_traceback(message: str) -> str:
+    """``message`` cut before an embedded traceback, so the error stays one readable line.
+
+    A failed registration's message reads ``cannot load handler m.f: ModuleNotFoundError:
+    No module named 'x' Traceback (most recent call last, ...): File ...``: the exception
+    comes first and is kept; the frames stay in the Run's status (``krt describe``).
+
+    Args:
+        message: ``status.reason`` and ``status.message`` joined.
+
+    Returns:
+        The message up to the traceback plus a note that frames were left out, or
+        ``message`` unchanged when it has no traceback.
+    """
+    index = message.find(TRACEBACK_START)
+    if index <= 0:
+        return message
+    return message[:index].rstrip() + " [traceback left out]"
 
 
 def _print(run: Obj, output: str) -> None:

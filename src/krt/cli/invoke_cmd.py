@@ -43,20 +43,33 @@ Obj = dict[str, Any]
 def read_input(data: str | None, stdin: TextIO) -> tuple[bytes, str]:
     """The request body from ``-d`` (JSON text, ``@file`` or ``-``) or stdin.
 
-    Without ``-d``: stdin when it is not a terminal, else ``{}``.
+    Without ``-d``: stdin when it is not a terminal, else ``{}``; an empty (or blank)
+    stdin then also means ``{}``, so ``krt invoke NAME`` from a script, cron job or CI step
+    (stdin not a terminal, nothing piped) sends the default body instead of failing on
+    "invalid JSON". With ``-d -`` stdin is read as given: empty stdin is an error.
 
     Returns:
         ``(body, where)``: the bytes and a label for messages.
 
     Raises:
-        click.BadParameter: unreadable file.
+        click.BadParameter: unreadable file, or ``-d -`` with nothing on stdin.
     """
     if data is None:
         if stdin.isatty():
             return b"{}", "the default body {}"
-        return _read_all(stdin), "stdin"
+        piped = _read_all(stdin)
+        if not piped.strip():
+            return b"{}", "the default body {}"
+        return piped, "stdin"
     if data == "-":
-        return _read_all(stdin), "stdin"
+        piped = _read_all(stdin)
+        if not piped.strip():
+            raise click.BadParameter(
+                "-d - reads the request JSON from stdin, but stdin was empty "
+                "(pipe JSON in, or use -d '{...}' or -d @FILE)",
+                param_hint="'-d/--data'",
+            )
+        return piped, "stdin"
     if data.startswith("@"):
         path = Path(data[1:])
         try:
@@ -94,7 +107,8 @@ From outside the cluster, forward the gateway and point krt at it:
 @click.option(
     "-d",
     "--data",
-    help="Request JSON, @FILE to read it from a file, or - for stdin (default: stdin if piped, else {}).",
+    help="Request JSON, @FILE to read it from a file, or - for stdin (default: what is "
+    "piped to stdin; {} when nothing is).",
 )
 @click.option("--invocation-id", help="Your ID for this invocation (<= 128 visible ASCII bytes).")
 @click.option(
@@ -173,7 +187,7 @@ def invoke_cmd(
 
     result = run_async(main)
     if result.status != 200:
-        failure = failure_for(result)
+        failure = failure_for(result, name=name)
         click.echo(f"error: {failure.message}", err=True)
         sys.exit(int(failure.code))
     click.echo(result.body, nl=not result.body.endswith(b"\n"))

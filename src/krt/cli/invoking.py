@@ -216,7 +216,8 @@ async def post(invocation: Invocation) -> InvokeResult:
                 hint = (
                     ""
                     if "CERTIFICATE_VERIFY_FAILED" in reason
-                    else " (outside the cluster? use --gateway-url with kubectl port-forward)"
+                    else " (outside the cluster? use --gateway-url with kubectl port-forward;"
+                    " on krt dev: source ~/.krt/dev/env, which sets KRT_GATEWAY_URL)"
                 )
                 raise CommandFailed(
                     ExitCode.UNREACHABLE,
@@ -301,8 +302,13 @@ _ADVICE: Final[dict[int, str]] = {
 }
 
 
-def failure_for(result: InvokeResult) -> CommandFailed:
-    """The exit code and one-line message for a non-200 answer."""
+def failure_for(result: InvokeResult, *, name: str = "") -> CommandFailed:
+    """The exit code and one-line message for a non-200 answer.
+
+    Args:
+        result: the gateway's answer.
+        name: the function Run's name, for the ``krt logs NAME`` pointer of a HandlerError.
+    """
     reason = str(result.error.get("reason") or "")
     message = one_line(str(result.error.get("message") or ""), 600)
     code = for_http_status(result.status, reason)
@@ -315,7 +321,7 @@ def failure_for(result: InvokeResult) -> CommandFailed:
     advice = _ADVICE.get(result.status)
     if result.status == 500:
         advice = (
-            "the function's handler raised; see krt logs"
+            f"the function's handler raised; what it printed: krt logs {name or 'NAME'}"
             if code is ExitCode.HANDLER_ERROR
             else "the gateway or runtime failed; see the gateway and runtimed logs"
         )

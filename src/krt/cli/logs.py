@@ -1,10 +1,17 @@
-"""A Run's logs: the runtimed container log of its Pod, filtered by the Run's UID.
+"""A Run's logs: the container logs of its Pod, filtered by the Run's UID.
 
 runtimed writes JSON lines (:mod:`krt.logs`); every record about a Run carries
 ``run_uid`` and ``attempt``, and a task's stdout/stderr lines carry ``stream`` too (issue 6:
 output goes to logs, never to ``Run.status``). ``krt logs`` reads
 ``pods/{assignedPod}/log?container=runtimed`` and prints the Run's output lines (stdout lines
 to stdout, stderr lines to stderr); ``--runtimed`` adds runtimed's own records about the Run.
+
+A function's handler runs in the Runtime Server, not in runtimed: what it prints is logged by
+the server (seed 002, "Invocation Semantics": records keyed by ``run_uid`` and
+``invocation_id``, with ``stream``) in the Pod's other container(s), in the servers' key
+spelling (``ts``/``msg``, :data:`krt.logs.EPOCH_LINES`). For a function Run ``krt logs`` reads
+those containers too and merges the lines by time, so "the handler raised; see krt logs"
+leads to what the handler printed.
 
 Following (``-f``, ``krt run --follow``) streams the log of the Pod the Run is assigned to,
 switches Pods when a retry moves the Run, and stops once the Run is terminal and the log has
@@ -17,6 +24,7 @@ import json
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -48,14 +56,21 @@ class LogLine:
     text: str
     stream: str
     attempt: int = 0
+    time: float = 0.0
+    """When it was logged (epoch seconds; 0 when the record has no readable time)."""
 
 
-def parse_line(raw: str, run_uid: str) -> LogLine | None:
-    """Pick a runtimed log line about ``run_uid`` apart; None for other lines.
+def parse_line(raw: str, run_uid: str, *, source: str = RUNTIMED_CONTAINER) -> LogLine | None:
+    """Pick a log line about ``run_uid`` apart; None for other lines.
+
+    Reads both key spellings of :mod:`krt.logs`: runtimed's (``time`` RFC 3339,
+    ``message``) and the Runtime Servers' (``ts`` epoch seconds, ``msg``).
 
     Args:
         raw: one line of the container log (a JSON object; anything else is skipped).
         run_uid: the Run's ``metadata.uid``.
+        source: the container it came from; names a record that is not output
+            (``[runtimed info] ...``, ``[runtime info] ...``).
     """
     try:
         record = json.loads(raw)
@@ -65,14 +80,56 @@ def parse_line(raw: str, run_uid: str) -> LogLine | None:
         return None
     attempt = record.get("attempt")
     attempt = attempt if isinstance(attempt, int) else 0
-    message = str(record.get("message", ""))
+    message = str(record.get("message", record.get("msg", "")))
+    when, when_text = _record_time(record)
     stream = record.get("stream")
     if stream in ("stdout", "stderr"):
-        return LogLine(message, str(stream), attempt)
+        return LogLine(message, str(stream), attempt, when)
+    if record.get("error"):
+        message = f"{message}: {record['error']}"
     level = str(record.get("level", "info"))
-    return LogLine(
-        f"[runtimed {level}] {record.get('time', '')} {message}".rstrip(), "runtimed", attempt
-    )
+    return LogLine(f"[{source} {level}] {when_text} {message}".rstrip(), "runtimed", attempt, when)
+
+
+def _record_time(record: dict[str, Any]) -> tuple[float, str]:
+    """``(epoch seconds, text)`` of a record's ``time`` (RFC 3339) or ``ts`` (epoch)."""
+    text = record.get("time")
+    if isinstance(text, str):
+        try:
+            return datetime.fromisoformat(text).timestamp(), text
+        except ValueError:
+            return 0.0, text
+    stamp = record.get("ts")
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        moment = datetime.fromtimestamp(stamp, UTC)
+        return float(stamp), moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return 0.0, ""
+
+
+def is_function(run: dict[str, Any]) -> bool:
+    """True for a function Run (``spec.mode.function``)."""
+    return "function" in ((run.get("spec") or {}).get("mode") or {})
+
+
+async def log_containers(kube: Kube, run: dict[str, Any], pod: str) -> list[str]:
+    """The containers of ``pod`` whose logs hold the Run's lines, runtimed first.
+
+    A task's output is logged by runtimed alone. A function's handler output is logged by
+    the Runtime Server, so for a function every container of the Pod is read (the built-in
+    Runtimes name it ``runtime``; a custom Runtime may name it otherwise).
+
+    Raises:
+        NotFound: the Pod is gone. ApiError, ConnectionFailed: other failures.
+    """
+    if not is_function(run):
+        return [RUNTIMED_CONTAINER]
+    obj = await kube.get(PODS, pod, run["metadata"]["namespace"])
+    names = [
+        str(c.get("name"))
+        for c in (obj.get("spec") or {}).get("containers") or []
+        if c.get("name") and c.get("name") != RUNTIMED_CONTAINER
+    ]
+    return [RUNTIMED_CONTAINER, *names]
 
 
 async def pod_log_lines(
@@ -122,12 +179,20 @@ async def pod_log_lines(
 
 
 async def run_log_lines(
-    kube: Kube, namespace: str, pod: str, run_uid: str, *, follow: bool
+    kube: Kube,
+    namespace: str,
+    pod: str,
+    run_uid: str,
+    *,
+    follow: bool,
+    container: str = RUNTIMED_CONTAINER,
 ) -> AsyncGenerator[LogLine, None]:
-    """The lines of ``pod``'s runtimed log that belong to the Run ``run_uid``."""
-    async with aclosing(pod_log_lines(kube, namespace, pod, follow=follow)) as lines:
+    """The lines of ``pod``'s ``container`` log that belong to the Run ``run_uid``."""
+    async with aclosing(
+        pod_log_lines(kube, namespace, pod, follow=follow, container=container)
+    ) as lines:
         async for raw in lines:
-            parsed = parse_line(raw, run_uid)
+            parsed = parse_line(raw, run_uid, source=container)
             if parsed is not None:
                 yield parsed
 
@@ -167,12 +232,16 @@ async def follow_run_logs(
         emit(line)
 
     async def stream(
-        pod: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        pod: str,
+        container: str,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         task_status.started()
         while True:
             try:
-                async with aclosing(run_log_lines(kube, namespace, pod, uid, follow=True)) as lines:
+                async with aclosing(
+                    run_log_lines(kube, namespace, pod, uid, follow=True, container=container)
+                ) as lines:
                     async for line in lines:
                         on_line(line)
                 return  # the Pod's log ended (container stopped)
@@ -190,7 +259,12 @@ async def follow_run_logs(
                 pod = (obj.get("status") or {}).get("assignedPod")
                 if pod and pod not in followed:
                     followed.add(pod)
-                    await nursery.start(stream, pod)
+                    try:
+                        containers = await log_containers(kube, obj, pod)
+                    except (ApiError, ConnectionFailed):
+                        containers = [RUNTIMED_CONTAINER]  # the Pod is gone: runtimed only
+                    for container in containers:
+                        await nursery.start(stream, pod, container)
                 if is_terminal(phase_of((obj.get("status") or {}).get("phase"))):
                     final = obj
                     break

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from krt.cli.exitcodes import ExitCode
-from krt.cli.failures import CommandFailed, describe_api_error
-from krt.kube.errors import ApiError, NotFound
+from krt.cli.failures import CommandFailed, describe_api_error, one_line
+from krt.kube.errors import AlreadyExists, ApiError, NotFound
 from krt.kube.resources import RUNS, RUNTIMES, ResourceRef
 
 if TYPE_CHECKING:
@@ -121,5 +121,14 @@ async def create_run(kube: Kube, manifest: Obj, *, what: str) -> Obj:
     await check_runtime(kube, str(manifest["spec"]["runtime"]), kube.namespace)
     try:
         return await kube.create(RUNS, manifest)
+    except AlreadyExists as exc:
+        # Say how to get past it: a function is addressed by its name, so it needs one; a
+        # task may let the API server generate one.
+        name = str(manifest["metadata"].get("name") or "")
+        advice = f"choose another name, or delete the old Run first: krt delete {name}"
+        if "task" in (manifest["spec"].get("mode") or {}):
+            advice += ", or omit NAME to generate one"
+        message = one_line(exc.message or str(exc))
+        raise CommandFailed(ExitCode.CONFLICT, f"{what}: {message} ({advice})") from exc
     except ApiError as exc:
         raise describe_api_error(exc, what) from exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from krt.cli.connection import global_kube_options
 from krt.cli.dev import dev
 from krt.cli.exitcodes import epilog
 from krt.cli.function_cmd import function_group
@@ -30,15 +31,16 @@ from krt.cli.version_cmd import version_cmd
 HELP_EPILOG = (
     """\b
 Quick tour:
-  krt dev up --detach && export KUBECONFIG=~/.krt/dev/kubeconfig
+  krt dev up --detach && source ~/.krt/dev/env   # sets KUBECONFIG, KRT_GATEWAY_URL
   krt runtime list
-  krt run --runtime python --wait -- -c 'print(6 * 7)'
+  krt run --runtime python --follow -- -c 'print(6 * 7)'    # prints 42
   krt function create hello --runtime python --handler main.invoke --file main.py
   krt invoke hello -d '{"name": "kruntimes"}'
   krt get; krt describe hello; krt delete hello
 \b
-Every command takes --kubeconfig, --context and -n/--namespace (env KRT_KUBECONFIG,
-KRT_CONTEXT, KRT_NAMESPACE; $KUBECONFIG is honoured as by kubectl).
+Every command takes --kubeconfig, --context and -n/--namespace, before or after its name
+(krt -n team-a get), with env KRT_KUBECONFIG, KRT_CONTEXT, KRT_NAMESPACE; $KUBECONFIG is
+honoured as by kubectl.
 """
     + "\n"
     + epilog()
@@ -50,6 +52,7 @@ KRT_CONTEXT, KRT_NAMESPACE; $KUBECONFIG is honoured as by kubectl).
     epilog=HELP_EPILOG,
 )
 @click.version_option(package_name="kruntimes", prog_name="krt")
+@global_kube_options
 def krt() -> None:
     """kruntimes command line: task and function Runs on warm Runtime Pods."""
 

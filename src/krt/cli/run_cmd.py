@@ -8,6 +8,7 @@ single argument as a command line). Without NAME the API server generates one (`
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -170,6 +171,7 @@ def run_cmd(
             raise click.UsageError(
                 f"an argument after -- has {len(arg)} characters, over the limit of {MAX_ARG_CHARS}"
             )
+    check_builtin_runtime_args(runtime, args, has_script=file is not None or bool(entrypoint))
     if entrypoint is not None and (entrypoint.startswith("/") or ".." in Path(entrypoint).parts):
         raise click.BadParameter(
             "must be a relative path without '..'", param_hint="'--entrypoint'"
@@ -204,11 +206,54 @@ def run_cmd(
                 return ExitCode.OK
             if output == "table":
                 click.echo(f"run.kruntimes.io/{run_name} created", err=True)
-            with time_limit(wait_timeout, f"Run {run_name} did not finish"):
-                final = await await_final(kube, created, follow=follow)
+            progress = Progress(run_name)
+            with time_limit(wait_timeout, f"Run {run_name} did not finish", progress=progress):
+                final = await await_final(kube, created, follow=follow, progress=progress)
         return report_final(final, output)
 
     sys.exit(int(run_async(main)))
+
+
+#: What a user types first when they think the args are a whole command line.
+_PYTHON_COMMANDS = frozenset({"python", "python3"})
+
+
+def check_builtin_runtime_args(runtime: str, args: tuple[str, ...], *, has_script: bool) -> None:
+    """Reject args the built-in python and bash Runtimes would fail on, before creating a Run.
+
+    Seed 001 task mode, built-in Runtime Servers (seed 002, adapter rules): without a script
+    (``--file``/``--entrypoint``), the Python server runs ``python <args>`` and the Bash server
+    runs ``bash -c <the one argument>``. So ``-- python -c ...`` makes Python look for a
+    script file named ``python`` ("can't open file .../python"), and a Bash command split over
+    several arguments fails to start (StartFailed). Both are caught here, with the command
+    that works. With a script the args are its arguments, where anything may be meant.
+
+    Args:
+        runtime: ``--runtime``.
+        args: what followed ``--``.
+        has_script: whether ``--file`` or ``--entrypoint`` was given.
+
+    Raises:
+        click.UsageError: for ``python``, a first argument ``python``/``python3`` (a path to
+            one included); for ``bash``, more than one argument.
+    """
+    if has_script or not args:
+        return
+    if runtime == "python" and Path(args[0]).name in _PYTHON_COMMANDS:
+        rest = shlex.join(args[1:]) or "-c '...'"
+        raise click.UsageError(
+            f"the python Runtime already runs python: give only its arguments after --, "
+            f"e.g. krt run --runtime python -- {rest}"
+        )
+    if runtime == "bash" and len(args) > 1:
+        if len(args) == 3 and Path(args[0]).name == "bash" and args[1] == "-c":
+            line = args[2]  # `-- bash -c 'cmd'`: the Runtime already runs bash -c
+        else:
+            line = shlex.join(args)
+        raise click.UsageError(
+            f"the bash Runtime runs one command line (bash -c), but got {len(args)} arguments "
+            f"after --: quote it as one, e.g. krt run --runtime bash -- {shlex.quote(line)}"
+        )
 
 
 def _print_created(created: Obj, output: str) -> None:
@@ -220,8 +265,17 @@ def _print_created(created: Obj, output: str) -> None:
         )
 
 
-async def await_final(kube: Kube, created: Obj, *, follow: bool) -> Obj:
-    """Wait until the created Run is terminal, streaming its output when ``follow``."""
+async def await_final(
+    kube: Kube, created: Obj, *, follow: bool, progress: Progress | None = None
+) -> Obj:
+    """Wait until the created Run is terminal, streaming its output when ``follow``.
+
+    Args:
+        kube: a connected client.
+        created: the Run as created.
+        follow: stream its log lines instead of showing progress.
+        progress: the progress display to use (default: a new one for the Run).
+    """
     name = created["metadata"]["name"]
     if follow:
 
@@ -235,7 +289,7 @@ async def await_final(kube: Kube, created: Obj, *, follow: bool) -> Obj:
         kube.namespace,
         name,
         lambda o: target_reached(o, WaitTarget.COMPLETION),
-        Progress(name),
+        progress if progress is not None else Progress(name),
     )
 
 

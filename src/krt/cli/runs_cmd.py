@@ -13,7 +13,7 @@ from krt.cli.connection import KubeTarget, kube_options, open_kube
 from krt.cli.describing import describe_run
 from krt.cli.exitcodes import ExitCode, epilog
 from krt.cli.failures import CommandFailed, run_async
-from krt.cli.logs import LogLine, follow_run_logs, run_log_lines
+from krt.cli.logs import LogLine, follow_run_logs, log_containers, run_log_lines
 from krt.cli.lookup import get_object, list_objects, now
 from krt.cli.params import Duration, output_option
 from krt.cli.printing import OutputFormat, render_objects
@@ -155,16 +155,25 @@ def emit_line(line: LogLine) -> None:
     epilog="""\b
 Examples:
   krt logs my-run              # the task's stdout and stderr
+  krt logs my-function         # what the function's handler printed, every invocation
   krt logs -f my-run           # follow until the Run finishes
-  krt logs my-run --runtimed   # also runtimed's records about the Run
+  krt logs my-run --runtimed   # also runtimed's (and the Runtime Server's) records
 """,
 )
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Stream until the Run finishes.")
-@click.option("--runtimed", is_flag=True, help="Include runtimed's own records about the Run.")
+@click.option(
+    "--runtimed",
+    is_flag=True,
+    help="Include runtimed's own records about the Run (for a function, also the Runtime "
+    "Server's: registration, failed invocations).",
+)
 @kube_options
 def logs_cmd(target: KubeTarget, name: str, follow: bool, runtimed: bool) -> None:
-    """Print a Run's output (from its Pod's runtimed log, filtered by the Run's UID)."""
+    """Print a Run's output: a task's stdout/stderr, or what a function's handler printed.
+
+    Read from the logs of the Run's Pod, filtered by the Run's UID.
+    """
     name = run_name(name)
 
     def emit(line: LogLine) -> None:
@@ -197,7 +206,14 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
             "use -f to wait for its output",
         )
     try:
-        async for line in run_log_lines(kube, meta["namespace"], pod, meta["uid"], follow=False):
+        lines: list[LogLine] = []
+        for container in await log_containers(kube, run, pod):
+            async for line in run_log_lines(
+                kube, meta["namespace"], pod, meta["uid"], follow=False, container=container
+            ):
+                lines.append(line)
+        # One container's lines are in order already; several (a function) merge by time.
+        for line in sorted(lines, key=lambda item: item.time) if len(lines) > 1 else lines:
             emit(line)
     except NotFound as exc:
         raise CommandFailed(
@@ -368,8 +384,9 @@ async def wait_run(
             )
 
         await get_object(kube, RUNS, name, kube.namespace)
-        with time_limit(limit, f"Run {name} did not reach {condition}"):
-            final = await wait_with_progress(kube, kube.namespace, name, done, Progress(name))
+        progress = Progress(name)
+        with time_limit(limit, f"Run {name} did not reach {condition}", progress=progress):
+            final = await wait_with_progress(kube, kube.namespace, name, done, progress)
     phase = phase_of((final.get("status") or {}).get("phase"))
     if output:
         print_runs([final], output, single=True)

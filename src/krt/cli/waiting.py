@@ -88,12 +88,16 @@ async def follow_run(kube: KubeClient, namespace: str, name: str) -> AsyncGenera
 
 
 @contextmanager
-def time_limit(seconds: float | None, what: str) -> Iterator[None]:
+def time_limit(
+    seconds: float | None, what: str, *, progress: Progress | None = None
+) -> Iterator[None]:
     """Bound the block to ``seconds`` (None: no bound); expiry is a :class:`CommandFailed`.
 
     Args:
         seconds: the limit (a command's ``--timeout``), or None.
         what: the message start for the timeout, e.g. ``Run x did not finish``.
+        progress: the waiting display; its last Run version says where the Run is stuck
+            (:func:`stuck_summary`), so the message tells why and what to do.
 
     Raises:
         CommandFailed: exit code 7 when the time is up.
@@ -102,7 +106,68 @@ def time_limit(seconds: float | None, what: str) -> Iterator[None]:
         yield
     if scope.cancelled_caught:
         assert seconds is not None
-        raise CommandFailed(ExitCode.TIMED_OUT, f"{what} within {format_duration(seconds)}")
+        message = f"{what} within {format_duration(seconds)}"
+        if progress is not None and progress.last is not None:
+            message += f"; {stuck_summary(progress.last)}"
+        raise CommandFailed(ExitCode.TIMED_OUT, message)
+
+
+#: What to do about a Run that stays Pending, by reason (docs/troubleshooting.md).
+PENDING_ADVICE = {
+    "InsufficientCapacity": (
+        "every ready Pod of Runtime {runtime} is full (Ready functions hold their capacity): "
+        "krt delete Runs you no longer need (krt get), or add Pods: kubectl patch runtime "
+        '{runtime} --type merge -p \'{{"spec":{{"replicas":N}}}}\''
+    ),
+    "NoReadyPod": (
+        "Runtime {runtime} has no ready Pod: kubectl get pods -l kruntimes.io/runtime={runtime}"
+    ),
+    "RuntimeNotFound": "there is no Runtime {runtime} here: krt runtime list",
+}
+
+
+def _reason_and_message(status: Obj) -> tuple[str, str]:
+    """``status.reason``/``message``, else the first False condition's reason and message."""
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    if not reason:
+        for condition in status.get("conditions") or []:
+            if condition.get("status") == "False" and condition.get("reason"):
+                return str(condition["reason"]), message or str(condition.get("message") or "")
+    return reason, message
+
+
+def pending_advice(obj: Obj) -> str:
+    """What to do about a Pending Run whose reason is in :data:`PENDING_ADVICE`, else ``""``."""
+    status = obj.get("status") or {}
+    if phase_of(status.get("phase")) is not Phase.PENDING:
+        return ""
+    reason, _ = _reason_and_message(status)
+    advice = PENDING_ADVICE.get(reason)
+    if advice is None:
+        return ""
+    runtime = str((obj.get("spec") or {}).get("runtime") or "NAME")
+    return advice.format(runtime=runtime)
+
+
+def stuck_summary(obj: Obj) -> str:
+    """Where a Run that did not get there in time is: phase, reason, message, advice.
+
+    Args:
+        obj: the last version of the Run seen.
+
+    Returns:
+        One line, e.g. ``still Pending (InsufficientCapacity: no ready Pod ...): every ready
+        Pod of Runtime python is full ...; see krt describe NAME``.
+    """
+    status = obj.get("status") or {}
+    name = (obj.get("metadata") or {}).get("name", "")
+    phase = phase_of(status.get("phase"))
+    why = ": ".join(part for part in _reason_and_message(status) if part)
+    text = f"still {phase.value}" + (f" ({why})" if why else "")
+    advice = pending_advice(obj)
+    if advice:
+        text += f": {advice}"
+    return f"{text}; see krt describe {name}"
 
 
 def target_reached(obj: Obj, target: WaitTarget) -> bool:
@@ -173,7 +238,10 @@ class Progress:
     """Shows a Run's progress on ``stream`` (default stderr).
 
     On a terminal, a spinner line redrawn every 0.1 s (:meth:`spin` runs it); otherwise one
-    line per change of :func:`describe_progress`.
+    line per change of :func:`describe_progress`. Either way, when the Run is Pending for a
+    reason with advice (:data:`PENDING_ADVICE`, e.g. the pool is full), one line says what
+    would unblock it, once per reason; :attr:`last` keeps the latest version for the
+    timeout message (:func:`time_limit`).
 
     Args:
         name: the Run name shown.
@@ -186,15 +254,25 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.text = "waiting"
+        self.last: Obj | None = None
         self._last_line = ""
+        self._advised = ""
         self._drawn = False
 
     def update(self, obj: Obj) -> None:
         """Record a new version of the Run (prints a line when not on a terminal)."""
+        self.last = obj
         self.text = describe_progress(obj)
         if not self.tty and self.text != self._last_line:
             self._last_line = self.text
             self.stream.write(f"{self.name}: {self.text}\n")
+            self.stream.flush()
+        advice = pending_advice(obj)
+        if advice and advice != self._advised:
+            # Once per reason: a Run can stay Pending for long, so say what would unblock it.
+            self._advised = advice
+            self.clear()
+            self.stream.write(f"{self.name}: {advice}\n")
             self.stream.flush()
 
     async def spin(self) -> None:

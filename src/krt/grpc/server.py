@@ -24,6 +24,13 @@ INVALID_ARGUMENT, unexpected exceptions INTERNAL, and every status message is ma
 UTF-8 and shortened to fit :data:`MAX_STATUS_MESSAGE_BYTES` once encoded. The HTTP/2 and
 message framing stay purerpc's; the per-call policy is ours because purerpc offers no hook
 for it (its handler's stream-reset and disconnect handling cannot be configured).
+
+Per-call cost (every invoke crosses this handler twice: runtimed, then the Runtime Server):
+a unary answer (headers, message, trailers) is queued in one go and leaves in one write,
+where purerpc sent the headers before running the method (two packets, two wakeups of the
+client); the read loop queues events without a scheduler pass each, the call takes queued
+events without one, and the writer is woken only with bytes to send. Measured with a trio
+instrument, a call costs 7 task steps here instead of 13.5 (tests/krt/test_grpc_wire_writes.py).
 """
 
 from __future__ import annotations
@@ -352,9 +359,15 @@ async def _call_unary_unary(method_fn: Callable[[Any], Any], stream: GRPCProtoSt
     """
     request = await extract_message_from_singleton_stream(stream)
     response = await method_fn(request)
-    await stream.start_response()
-    await stream.send_message(response)
-    await stream.close(Status(StatusCode.OK))
+    # a method that finished without a checkpoint after its caller reset the stream: the
+    # reset cancelled this call and h2 has forgotten the stream, so there is nobody to answer
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        await stream.start_response()
+        await stream.send_message(response)
+        await stream.close(Status(StatusCode.OK))
+    except (GRPCError, h2.exceptions.ProtocolError):
+        return  # the stream closed under the answer (the peer went away)
 
 
 async def _close(stream: GRPCProtoStream, status: Status) -> None:

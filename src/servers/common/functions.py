@@ -366,10 +366,11 @@ class FunctionService:
             live.invoke_scope = None
             self.table.end_invocation(reg.registration_id)
             live.idle.set()
-        log.debug(
-            "invocation done",
-            extra={**fields, "duration_ms": round((trio.current_time() - start) * 1000, 3)},
-        )
+        if log.isEnabledFor(logging.DEBUG):  # per invocation: skip building the fields
+            log.debug(
+                "invocation done",
+                extra={**fields, "duration_ms": round((trio.current_time() - start) * 1000, 3)},
+            )
         return invocation_id, result
 
     async def _call(self, live: _Live, req: InvokeRequest, invocation_id: str) -> InvokeResult:
