@@ -84,13 +84,19 @@ def ready_backends(target: Target, slices: Sequence[Mapping[str, Any]]) -> list[
     return sorted(set(out))
 
 
-async def _copy(src: trio.SocketStream, dst: trio.SocketStream) -> None:
+async def _copy(src: trio.SocketStream, dst: trio.SocketStream, pair: trio.CancelScope) -> None:
+    """Copy ``src`` to ``dst``; a clean EOF is passed on as a half-close.
+
+    A broken side (a reset, as when a backend process is killed) ends the whole connection
+    pair through ``pair``, so the other side is closed too and its peer sees the connection
+    end instead of waiting for an answer forever.
+    """
     try:
         while data := await src.receive_some(_BUFFER):
             await dst.send_all(data)
         await dst.send_eof()
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass
+        pair.cancel()
 
 
 class ServiceProxy:
@@ -135,8 +141,8 @@ class ServiceProxy:
                 return
             async with upstream:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_copy, client, upstream)
-                    nursery.start_soon(_copy, upstream, client)
+                    nursery.start_soon(_copy, client, upstream, nursery.cancel_scope)
+                    nursery.start_soon(_copy, upstream, client, nursery.cancel_scope)
 
     async def _listen(
         self, listen: ListenKey, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -111,7 +111,11 @@ async def test_invoke_reads_stdin_and_files(
         ("status-413", ExitCode.TOO_LARGE, "exceeds 1 MiB"),
         ("status-415", ExitCode.INVALID, "only accepts application/json"),
         ("status-429", ExitCode.TOO_MANY_REQUESTS, "Retry-After 3s"),
-        ("status-500-HandlerError", ExitCode.HANDLER_ERROR, "handler raised; see krt logs"),
+        (
+            "status-500-HandlerError",
+            ExitCode.HANDLER_ERROR,
+            "handler raised; what it printed: krt logs fn",
+        ),
         ("status-500", ExitCode.SERVER_ERROR, "HTTP 500 InternalError"),
         ("status-503", ExitCode.UNAVAILABLE, "retry later; Retry-After 3s"),
         ("status-504", ExitCode.TIMED_OUT, "raise --timeout"),
