@@ -48,6 +48,14 @@ def test_deployment_injects_runtimed_sidecar_with_default_image() -> None:
     ]
 
 
+def test_runtimed_readiness_probe_on_healthz() -> None:
+    """A runtimed that stops answering leaves the Service endpoints (chaos: paused runtimed)."""
+    probe = _containers(make_runtime())["runtimed"]["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert probe["periodSeconds"] * probe["failureThreshold"] <= 5
+    assert "livenessProbe" not in _containers(make_runtime())["runtimed"]
+
+
 def test_daemon_image_overrides_default() -> None:
     containers = _containers(make_runtime(daemon_image="example/runtimed:1"))
     assert containers["runtimed"]["image"] == "example/runtimed:1"

@@ -150,6 +150,10 @@ class RuntimedWiring:
                 )
 
 
+#: How often the kubelet probes runtimed's ``/healthz`` for readiness (seconds).
+RUNTIMED_READINESS_PERIOD_SECONDS = 2
+
+
 def desired_hash(obj: Mapping[str, Any]) -> str:
     """A stable hash of an object's desired form (16 hex digits), ignoring the hash itself."""
     clean = copy.deepcopy(dict(obj))
@@ -255,6 +259,17 @@ def runtimed_container(runtime: Runtime, wiring: RuntimedWiring | None = None) -
             {"name": "WORKSPACE_DIR", "value": WORKSPACE_MOUNT_PATH},
             *env,
         ],
+        # A runtimed that stops answering (paused, wedged) leaves the Service's endpoints, so
+        # the gateway sends invokes to a live runtimed, which answers 503 for the stuck
+        # owner's Runs instead of every function timing out. Readiness never fences a Run
+        # (seed 000: readiness alone is not ownership loss).
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": RUNTIMED_HTTP_PORT_NAME},
+            "periodSeconds": RUNTIMED_READINESS_PERIOD_SECONDS,
+            "timeoutSeconds": 1,
+            "failureThreshold": 2,
+            "successThreshold": 1,
+        },
         "volumeMounts": [
             {"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH},
             *mounts,
