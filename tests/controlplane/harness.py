@@ -1,15 +1,15 @@
 """Control-plane test harness on localkube, shared by the tests and ``bench/schedule.py``.
 
-runtimed does not exist yet (issue 5 allows a stand-in): :class:`HeartbeatDouble` plays the
+These tests use a stand-in for runtimed (issue 5 allows one): :class:`HeartbeatDouble` plays the
 part runtimed has in the control plane's eyes. For every Runtime Pod that is running it
 renews the Pod's heartbeat Lease (:func:`krt.kube.heartbeat.run_heartbeat`, the helper
 runtimed will use) and sets the ``kruntimes.io/RuntimedReady`` Pod condition (the readiness
 gate). :meth:`HeartbeatDouble.stop` ends one Pod's heartbeat, as a dead runtimed would.
 
 Runtime Pods here run :data:`SLEEPER_IMAGE` for both containers (the Runtime Server and the
-injected sidecar via ``daemonImage``): a process that only sleeps, ready as soon as it runs
-and listening on nothing, so Pods never fail on a port another test process on this machine
-holds on the shared loopback. :func:`write_image_table` declares it for localkube.
+injected sidecar via ``daemonImage``): a process that only sleeps; as the sidecar it also
+answers the readiness probe on the Pod's own address (``$POD_IP``, unique per Pod), so Pods
+never fail on a port another test process holds. :func:`write_image_table` declares it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,25 @@ NS = "demo"
 SLEEPER_IMAGE = "krt-test/sleeper"
 
 
+#: The sleeper's program. As the injected runtimed (``RUNTIMED_HTTP_PORT`` is set) it also
+#: answers the readiness probe on ``$POD_IP:$RUNTIMED_HTTP_PORT/healthz``.
+_SLEEPER = """
+import http.server, os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+port = os.environ.get("RUNTIMED_HTTP_PORT")
+if not port:
+    while True:
+        time.sleep(3600)
+class Healthz(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer((os.environ["POD_IP"], int(port)), Healthz).serve_forever()
+"""
+
+
 def write_image_table(directory: Path) -> Path:
     """Write a localkube image table adding :data:`SLEEPER_IMAGE`; return its path."""
     path = directory / "images.yaml"
@@ -45,14 +64,9 @@ def write_image_table(directory: Path) -> Path:
             {
                 "images": {
                     SLEEPER_IMAGE: {
-                        "entrypoint": [
-                            "{python}",
-                            "-c",
-                            "import signal, sys, time\n"
-                            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-                            "while True: time.sleep(3600)",
-                        ],
-                        "description": "sleeps until SIGTERM (control-plane tests)",
+                        "entrypoint": ["{python}", "-c", _SLEEPER],
+                        "description": "sleeps until SIGTERM; as the runtimed stand-in it "
+                        "also answers GET /healthz (control-plane tests)",
                     }
                 }
             }
