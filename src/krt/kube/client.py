@@ -632,7 +632,7 @@ def _client_settings(
         return {"kubeconfig": os.pathsep.join(present)}, None
     if not (serviceaccount_dir / "token").exists() or not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise ConfigError(
-            "no kubeconfig (set KUBECONFIG or pass kubeconfig=) and not in a cluster "
+            "no kubeconfig (set KUBECONFIG or --kubeconfig) and not in a cluster "
             f"({serviceaccount_dir}/token or KUBERNETES_SERVICE_HOST missing)"
         )
     # A kubeconfig path that does not exist keeps kr8s from reading ~/.kube/config.

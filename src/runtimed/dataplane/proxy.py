@@ -313,7 +313,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         except _Reject as reject:
             code = reject.code.name
             log.info(
-                "invoke refused",
+                "invoke answered with an error status",
                 extra={
                     **fields,
                     "route": fields.get("route", route),
