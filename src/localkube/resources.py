@@ -48,6 +48,55 @@ class PrinterColumn:
 
 
 @dataclass(frozen=True)
+class ScalePaths:
+    """A CRD's ``subresources.scale``: where the Scale's fields live in the object.
+
+    Attributes:
+        spec_replicas: e.g. ``.spec.replicas`` (required by Kubernetes).
+        status_replicas: e.g. ``.status.replicas`` (required).
+        label_selector: e.g. ``.status.selector`` (a serialized label selector), or "".
+    """
+
+    spec_replicas: str
+    status_replicas: str
+    label_selector: str = ""
+
+
+def _scale_paths(declared: object) -> ScalePaths:
+    """Parse ``subresources.scale`` of a CRD version.
+
+    Raises:
+        CRDError: a required path is missing or not a ``.spec``/``.status`` field path.
+    """
+    scale = declared if isinstance(declared, dict) else {}
+    paths: dict[str, str] = {}
+    for key, prefix, required in (
+        ("specReplicasPath", ".spec.", True),
+        ("statusReplicasPath", ".status.", True),
+        ("labelSelectorPath", "", False),
+    ):
+        value = scale.get(key)
+        if value is None and not required:
+            paths[key] = ""
+            continue
+        if (
+            not isinstance(value, str)
+            or not (value.startswith(".spec.") or value.startswith(".status."))
+            or not value.startswith(prefix)
+            or not all(part.isidentifier() for part in value[1:].split("."))
+        ):
+            raise CRDError(
+                f"spec.versions[].subresources.scale.{key}",
+                f"Invalid value: {value!r}: must be a simple JSON path under "
+                f"{prefix.rstrip('.') or '.spec or .status'}",
+            )
+        paths[key] = value
+    return ScalePaths(
+        paths["specReplicasPath"], paths["statusReplicasPath"], paths["labelSelectorPath"]
+    )
+
+
+@dataclass(frozen=True)
 class ResourceType:
     """One served resource (group/version/plural).
 
@@ -68,6 +117,8 @@ class ResourceType:
             Events); None for the type's own group.
         conversion: how stored objects are converted for this type (see
             :mod:`localkube.conversion`); "" rewrites ``apiVersion`` only.
+        scale_paths: a CRD's scale field paths; None for the built-in kinds (whose Scale
+            reads ``spec.replicas``, ``status.replicas`` and ``spec.selector``).
     """
 
     group: str
@@ -88,6 +139,7 @@ class ResourceType:
     list_kind: str = field(default="")
     storage_group: str | None = None
     conversion: str = ""
+    scale_paths: ScalePaths | None = None
 
     @property
     def api_version(self) -> str:
@@ -302,8 +354,10 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
         declared = version.get("subresources") or {}
         if "status" in declared:
             subresources.add("status")
+        scale_paths = None
         if "scale" in declared:
             subresources.add("scale")
+            scale_paths = _scale_paths(declared["scale"])
         selectable = frozenset(
             str(f.get("jsonPath", "")).lstrip(".") for f in version.get("selectableFields") or []
         )
@@ -323,6 +377,7 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 printer_columns=columns,
                 strategic_merge=False,
                 crd_name=name,
+                scale_paths=scale_paths,
             )
         )
     return result

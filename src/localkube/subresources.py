@@ -246,7 +246,17 @@ class Subresources:
     def _scale(self, route: Route) -> dict[str, Any]:
         obj = self.handlers.require(route.rt, route.namespace, route.name)
         meta = obj["metadata"]
-        selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        paths = route.rt.scale_paths
+        if paths is None:  # built-in kinds
+            matched = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            selector = ",".join(f"{k}={v}" for k, v in sorted(matched.items()))
+            spec_replicas = (obj.get("spec") or {}).get("replicas", 1)
+            status_replicas = (obj.get("status") or {}).get("replicas", 0)
+        else:
+            raw_selector = _at_path(obj, paths.label_selector) if paths.label_selector else ""
+            selector = raw_selector if isinstance(raw_selector, str) else ""
+            spec_replicas = _at_path(obj, paths.spec_replicas)
+            status_replicas = _at_path(obj, paths.status_replicas)
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
@@ -255,11 +265,8 @@ class Subresources:
                 for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                 if k in meta
             },
-            "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 1))},
-            "status": {
-                "replicas": int((obj.get("status") or {}).get("replicas", 0)),
-                "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
-            },
+            "spec": {"replicas": _replicas(spec_replicas)},
+            "status": {"replicas": _replicas(status_replicas), "selector": selector},
         }
 
     def update_scale(self, route: Route, body: Any) -> dict[str, Any]:
@@ -285,7 +292,8 @@ class Subresources:
                 ],
             )
         obj = copy.deepcopy(self.handlers.require(route.rt, route.namespace, route.name))
-        obj.setdefault("spec", {})["replicas"] = replicas
+        paths = route.rt.scale_paths
+        _set_path(obj, paths.spec_replicas if paths else ".spec.replicas", replicas)
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if rv:
             obj["metadata"]["resourceVersion"] = rv
@@ -322,6 +330,33 @@ class Subresources:
         except patching.PatchError as exc:
             raise ApiError(422, "Invalid", str(exc)) from None
         return self.update_scale(route, patched)
+
+
+def _at_path(obj: dict[str, Any], path: str) -> Any:
+    """The value at a simple JSON path such as ``.spec.replicas`` (None when absent)."""
+    value: Any = obj
+    for part in path.lstrip(".").split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
+    """Set the value at a simple JSON path, creating the maps on the way."""
+    *parents, last = path.lstrip(".").split(".")
+    target = obj
+    for part in parents:
+        child = target.get(part)
+        if not isinstance(child, dict):
+            child = target[part] = {}
+        target = child
+    target[last] = value
+
+
+def _replicas(value: Any) -> int:
+    """A replica count for the Scale object (0 when absent or not an integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _int_param(query: dict[str, str], name: str) -> int | None:

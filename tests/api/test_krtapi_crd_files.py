@@ -63,7 +63,14 @@ def test_crd_shape(crd: dict[str, Any]) -> None:
     assert version["name"] == constants.VERSION == "v1alpha1"
     assert version["served"]
     assert version["storage"]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"]["status"] == {}
+    if crd["spec"]["names"]["kind"] == "Runtime":  # kubectl scale runtime
+        assert version["subresources"]["scale"] == {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+        }
+    else:
+        assert set(version["subresources"]) == {"status"}
     plural = crd["spec"]["names"]["plural"]
     assert crd["metadata"]["name"] == f"{plural}.kruntimes.io"
 

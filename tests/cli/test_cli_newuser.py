@@ -241,7 +241,7 @@ def test_stuck_summary_gives_reason_message_and_advice() -> None:
     text = stuck_summary(pending_function("InsufficientCapacity", FULL))
     assert text.startswith(f"still Pending (InsufficientCapacity: {FULL}): ")
     assert "krt delete Runs you no longer need" in text
-    assert """kubectl patch runtime python --type merge -p '{"spec":{"replicas":N}}'""" in text
+    assert "kubectl scale runtime python --replicas=N" in text
     assert text.endswith("see krt describe wc")
 
 
@@ -265,7 +265,7 @@ async def test_a_wait_timeout_says_where_the_run_is_stuck(
     assert info.value.message.startswith(
         "function wc did not become Ready within 20s; still Pending (InsufficientCapacity"
     )
-    assert "or add Pods: kubectl patch runtime python" in info.value.message
+    assert "or add Pods: kubectl scale runtime python" in info.value.message
 
 
 @pytest.mark.parametrize("tty", [False, True])

@@ -16,7 +16,7 @@ from localkube.apiserver import ApiServerConfig, ApiServerHandle
 from localkube.errors import ApiError
 from localkube.protobuf_bodies import MAGIC, decode_body
 from tests.localkube.conftest import client_for
-from tests.localkube.test_api_crds import CRDS, WIDGETS, crd, widget
+from tests.localkube.test_api_crds import CRDS, SCHEMA, WIDGETS, crd, widget
 from tests.localkube.test_api_verbs import DEPLOY, deployment
 
 MERGE = {"Content-Type": "application/merge-patch+json"}
@@ -272,3 +272,47 @@ async def test_event_table_columns(admin_http: httpx.AsyncClient) -> None:
         "Started container c",
         "e1",
     ]
+
+
+def _scaled_crd(scale: dict[str, Any]) -> dict[str, Any]:
+    schema = json.loads(json.dumps(SCHEMA))
+    schema["properties"]["status"]["properties"].update(
+        {"count": {"type": "integer"}, "selector": {"type": "string"}}
+    )
+    body = crd(schema=schema)
+    body["spec"]["versions"][0]["subresources"]["scale"] = scale
+    return body
+
+
+async def test_custom_resource_scale_follows_the_crd_paths(admin_http: httpx.AsyncClient) -> None:
+    """``subresources.scale`` of a CRD: the Scale reads and writes the declared paths."""
+    paths = {
+        "specReplicasPath": ".spec.size",
+        "statusReplicasPath": ".status.count",
+        "labelSelectorPath": ".status.selector",
+    }
+    assert (await admin_http.post(CRDS, json=_scaled_crd(paths))).status_code == 201
+    assert (await admin_http.post(WIDGETS, json=widget(size=2))).status_code == 201
+    status = {"status": {"count": 1, "selector": "app=w"}}
+    r = await admin_http.patch(f"{WIDGETS}/w/status", content=json.dumps(status), headers=MERGE)
+    assert r.status_code == 200, r.text
+    scale = (await admin_http.get(f"{WIDGETS}/w/scale")).json()
+    assert scale["spec"] == {"replicas": 2}
+    assert scale["status"] == {"replicas": 1, "selector": "app=w"}
+    r = await admin_http.patch(
+        f"{WIDGETS}/w/scale", content=json.dumps({"spec": {"replicas": 4}}), headers=MERGE
+    )
+    assert r.status_code == 200, r.text
+    assert (await admin_http.get(f"{WIDGETS}/w")).json()["spec"]["size"] == 4
+    too_big = await admin_http.put(f"{WIDGETS}/w/scale", json={"spec": {"replicas": 11}})
+    assert too_big.status_code == 422  # the CRD schema still applies (size <= 10)
+    assert (await admin_http.get(f"{WIDGETS}/w")).json()["spec"]["size"] == 4
+
+
+async def test_crd_scale_paths_must_be_spec_and_status_fields(
+    admin_http: httpx.AsyncClient,
+) -> None:
+    bad = _scaled_crd({"specReplicasPath": ".metadata.name", "statusReplicasPath": ".status.n"})
+    r = await admin_http.post(CRDS, json=bad)
+    assert r.status_code == 422
+    assert "specReplicasPath" in r.text

@@ -19,6 +19,14 @@ from tests.localkube.conftest import KUBECTL
 
 pytestmark = pytest.mark.kubectl
 
+RUNTIME_CRD_FILE = (
+    Path(__file__).resolve().parents[2]
+    / "charts"
+    / "kruntimes"
+    / "crds"
+    / "runtimes.kruntimes.io.yaml"
+)
+
 CRD = """
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -343,3 +351,22 @@ async def test_get_prints_the_builtin_columns_kubectl_users_expect(kubectl: Any)
     assert bindings[1].split()[:2] == ["rb", "ClusterRole/view"]
     accounts = (await kubectl("get", "serviceaccount", "default")).stdout.splitlines()
     assert accounts[0].split() == ["NAME", "SECRETS", "AGE"]
+
+
+async def test_kubectl_scale_runtime(kubectl: Any) -> None:
+    """The Runtime CRD's scale subresource: ``kubectl scale runtime NAME --replicas=N``."""
+    await kubectl("apply", "-f", str(RUNTIME_CRD_FILE))
+    runtime = {
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Runtime",
+        "metadata": {"name": "python", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "runtime", "image": "x"}]}},
+        },
+    }
+    await kubectl("apply", "-f", "-", input=json.dumps(runtime))
+    out = await kubectl("scale", "runtime", "python", "--replicas=3")
+    assert "runtime.kruntimes.io/python scaled" in out.stdout
+    obj = json.loads((await kubectl("get", "runtime", "python", "-o", "json")).stdout)
+    assert obj["spec"]["replicas"] == 3

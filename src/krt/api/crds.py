@@ -3,7 +3,8 @@
 ``scripts/gen_crds.py`` writes these to ``charts/kruntimes/crds/`` (the chart installs them and
 localkube serves them); ``tests/api`` fails when the committed files differ from
 :func:`render_crd`. Both CRDs are namespaced, have the status subresource, short names
-(``krun``, ``krt``), the ``kruntimes`` category and printer columns for kubectl.
+(``krun``, ``krt``), the ``kruntimes`` category and printer columns for kubectl; Runtime also
+has the scale subresource (``kubectl scale runtime``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ def _crd(
     short_names: tuple[str, ...],
     columns: list[dict[str, Any]],
     openapi: dict[str, Any],
+    scale: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    subresources: dict[str, Any] = {"status": {}}
+    if scale is not None:
+        subresources["scale"] = scale
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -53,7 +58,7 @@ def _crd(
                     "name": constants.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": subresources,
                     "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": openapi},
                 }
@@ -110,6 +115,8 @@ def runtime_crd() -> dict[str, Any]:
             _column("Daemon", "string", ".spec.daemonImage", priority=1),
         ],
         openapi=schema.runtime_schema(),
+        # `kubectl scale runtime NAME --replicas=N` (the pool size)
+        scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"},
     )
 
 

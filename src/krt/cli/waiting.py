@@ -116,8 +116,8 @@ def time_limit(
 PENDING_ADVICE = {
     "InsufficientCapacity": (
         "every ready Pod of Runtime {runtime} is full (Ready functions hold their capacity): "
-        "krt delete Runs you no longer need (krt get), or add Pods: kubectl patch runtime "
-        '{runtime} --type merge -p \'{{"spec":{{"replicas":N}}}}\''
+        "krt delete Runs you no longer need (krt get), or add Pods: kubectl scale runtime "
+        "{runtime} --replicas=N"
     ),
     "NoReadyPod": (
         "Runtime {runtime} has no ready Pod: kubectl get pods -l kruntimes.io/runtime={runtime}"
