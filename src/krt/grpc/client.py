@@ -44,6 +44,8 @@ from purerpc.grpclib.events import (
 from purerpc.grpclib.exceptions import ProtocolError
 from purerpc.grpclib.exceptions import StreamClosedError as PurerpcStreamClosedError
 
+from krt.grpc.closed_streams import limit_closed_stream_memory
+
 log = logging.getLogger(__name__)
 
 #: Largest response message accepted (bytes); a larger one fails the call with RESOURCE_EXHAUSTED.
@@ -166,6 +168,7 @@ class GrpcConnection:
             GRPCConfiguration(client_side=True, max_message_length=max_message_bytes)
         )
         self._h2.h2_connection.encoder = _LiteralHpackEncoder()
+        limit_closed_stream_memory(self._h2.h2_connection)
         self._calls: dict[int, _Call] = {}
         self._wake = trio.Event()
         #: bytes the reader took from h2 (acks, window updates) for the writer to send first

@@ -67,6 +67,8 @@ from purerpc.wrappers import (
     extract_message_from_singleton_stream,
 )
 
+from krt.grpc.closed_streams import limit_closed_stream_memory
+
 log = logging.getLogger(__name__)
 
 #: a status message is cut so that its percent-encoded form (the ``grpc-message`` trailer)
@@ -108,6 +110,7 @@ class _ResetAwareConnection(GRPCConnection):  # type: ignore[misc]
 
     def __init__(self, config: GRPCConfiguration, on_reset: Callable[[int], None]) -> None:
         super().__init__(config)
+        limit_closed_stream_memory(self.h2_connection)
         self._on_reset = on_reset
 
     def _stream_reset(self, event: h2.events.StreamReset) -> list[Any]:

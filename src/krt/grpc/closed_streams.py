@@ -1,0 +1,56 @@
+"""A short memory of closed HTTP/2 streams for every connection we make or accept.
+
+h2 (3.x and 4.x) remembers how each closed stream ended (``H2Connection._closed_streams``),
+so that a frame arriving late on a stream this side reset is answered with RST_STREAM
+rather than a connection error. That memory is an LRU bounded at ``MAX_CLOSED_STREAMS``
+= 65,536 entries *per connection*, about 150 bytes each (dict slot plus stream-ID int):
+close to 10 MiB per long-lived connection, filled one entry per call. Under sustained
+invokes every process on the path (gateway pool, runtimed's inbound, peer and Runtime
+Server connections, the Runtime Server's inbound one) grew by that much for the first
+65,536 calls of each connection, which the issue 10 soak read as a leak (runtimed +30%,
+Runtime Server +16.5%, gateway +10.3% over 10 minutes).
+
+Late frames on a reset stream arrive within a round trip, so :data:`CLOSED_STREAM_MEMORY`
+streams (thousands of calls at our rates) is ample (about 600 KiB per connection); beyond it h2 treats a stray frame on
+a long-closed stream as it would without the memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from h2.utilities import SizeLimitDict
+
+__all__ = ["CLOSED_STREAM_MEMORY", "limit_closed_stream_memory"]
+
+#: Closed streams whose ending an HTTP/2 connection remembers (h2's default: 65,536).
+CLOSED_STREAM_MEMORY: Final = 4096
+
+
+def limit_closed_stream_memory(h2_connection: Any, *, streams: int | None = None) -> None:
+    """Make ``h2_connection`` remember at most ``streams`` closed streams.
+
+    Call right after creating the connection (purerpc creates the
+    :class:`h2.connection.H2Connection`; we cannot pass the bound in).
+
+    Args:
+        h2_connection: an :class:`h2.connection.H2Connection` with no closed streams yet.
+        streams: how many closed streams to remember (count, >= 1); default
+            :data:`CLOSED_STREAM_MEMORY`.
+
+    Raises:
+        ValueError: ``streams`` < 1.
+        TypeError: ``h2_connection`` has no closed-stream memory in the layout h2 3.x/4.x
+            use (a changed h2 must not silently bring the unbounded growth back).
+    """
+    if streams is None:
+        streams = CLOSED_STREAM_MEMORY
+    if streams < 1:
+        raise ValueError(f"streams must be >= 1, got {streams}")
+    closed = getattr(h2_connection, "_closed_streams", None)
+    if not isinstance(closed, SizeLimitDict):
+        raise TypeError(
+            f"{type(h2_connection).__name__} has no h2 closed-stream memory to bound "
+            "(_closed_streams is not an h2.utilities.SizeLimitDict)"
+        )
+    h2_connection._closed_streams = SizeLimitDict(closed, size_limit=streams)
