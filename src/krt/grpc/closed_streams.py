@@ -11,8 +11,8 @@ Server connections, the Runtime Server's inbound one) grew by that much for the 
 Runtime Server +16.5%, gateway +10.3% over 10 minutes).
 
 Late frames on a reset stream arrive within a round trip, so :data:`CLOSED_STREAM_MEMORY`
-streams (thousands of calls at our rates) is ample (about 600 KiB per connection); beyond it h2 treats a stray frame on
-a long-closed stream as it would without the memory.
+streams (thousands of calls at our rates) is ample (about 600 KiB per connection); beyond
+it h2 treats a stray frame on a long-closed stream as it would without the memory.
 """
 
 from __future__ import annotations
