@@ -29,6 +29,7 @@ from localkube.auth.tokens import TokenAuthority
 from localkube.auth.types import UserInfo
 from localkube.errors import ApiError, FieldError, invalid
 from localkube.handlers import Handlers
+from localkube.tables import json_path
 
 if TYPE_CHECKING:
     from localkube.routing import Route
@@ -253,10 +254,10 @@ class Subresources:
             spec_replicas = (obj.get("spec") or {}).get("replicas", 1)
             status_replicas = (obj.get("status") or {}).get("replicas", 0)
         else:
-            raw_selector = _at_path(obj, paths.label_selector) if paths.label_selector else ""
+            raw_selector = json_path(obj, paths.label_selector) if paths.label_selector else ""
             selector = raw_selector if isinstance(raw_selector, str) else ""
-            spec_replicas = _at_path(obj, paths.spec_replicas)
-            status_replicas = _at_path(obj, paths.status_replicas)
+            spec_replicas = json_path(obj, paths.spec_replicas)
+            status_replicas = json_path(obj, paths.status_replicas)
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
@@ -330,16 +331,6 @@ class Subresources:
         except patching.PatchError as exc:
             raise ApiError(422, "Invalid", str(exc)) from None
         return self.update_scale(route, patched)
-
-
-def _at_path(obj: dict[str, Any], path: str) -> Any:
-    """The value at a simple JSON path such as ``.spec.replicas`` (None when absent)."""
-    value: Any = obj
-    for part in path.lstrip(".").split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
 
 
 def _set_path(obj: dict[str, Any], path: str, value: Any) -> None:
