@@ -23,9 +23,16 @@ so ``--writers`` is the number of writes in flight and the watch delay includes 
 queueing at the server. ``--rate R`` paces the writers, staggered, to R writes/s in all
 (a writer that falls behind sends at once), to read the delay at a given rate.
 
+``--runs N`` measures Run writes instead (issue 6: the task benchmark's writes): the Run
+CRD from the chart is created, then ``--writers`` concurrent clients each take Runs in turn
+through the life cycle the control plane and runtimed write (create, then three status
+updates: Scheduled, Running, Succeeded, with the conditions they set) while ``--watchers``
+streams watch the Runs; it prints the server's CPU per Run and per write (the schema, CEL
+rules and status subresource path of every Run write).
+
 Usage: ``python bench/localkube.py [--seconds S] [--writers N] [--watchers N] [--rate R]
-[--json]``; ``--quick`` is a short run; ``--report-json PATH`` writes the figures for
-bench/report.py.
+[--runs N] [--json]``; ``--quick`` is a short run; ``--report-json PATH`` writes the figures
+for bench/report.py.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +65,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 NAMESPACE = "default"
 _SEQ = re.compile(rb'"seq":"(\d+)"')
 CMS = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+RUNS = f"/apis/kruntimes.io/v1alpha1/namespaces/{NAMESPACE}/runs"
+RUN_CRD = Path(__file__).resolve().parents[1] / "charts/kruntimes/crds/runs.kruntimes.io.yaml"
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -222,9 +232,9 @@ class RawClient:
         if self.stream is not None:
             await self.stream.aclose()
 
-    async def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         assert self.stream is not None
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         head = (
             (
                 f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
@@ -419,6 +429,142 @@ async def run_store_only(seconds: float, watchers: int) -> dict[str, Any]:
     }
 
 
+def _run_statuses(pod: str, pod_uid: str) -> list[dict[str, Any]]:
+    """The three status writes of a task Run, as the scheduler and runtimed make them.
+
+    Timestamps are the current time (microseconds), so no two Runs write the same status.
+    """
+    now = datetime.now(UTC)
+
+    def at(ms: int) -> str:
+        return (now + timedelta(milliseconds=ms)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    scheduled = {
+        "type": "Scheduled",
+        "status": "True",
+        "reason": "Assigned",
+        "lastTransitionTime": at(0),
+        "message": f"bound to Pod {pod} (attempt 1)",
+    }
+    bound = {"assignedPod": pod, "assignedPodUID": pod_uid, "attempt": 1}
+    running = {
+        "type": "Running",
+        "status": "True",
+        "reason": "Claimed",
+        "lastTransitionTime": at(100),
+        "message": f"attempt 1 claimed by Pod {pod}",
+    }
+    done = {
+        "type": "Running",
+        "status": "False",
+        "reason": "Succeeded",
+        "lastTransitionTime": at(200),
+        "message": "the execution succeeded",
+    }
+    start = at(100)
+    return [
+        {"phase": "Scheduled", **bound, "message": scheduled["message"], "conditions": [scheduled]},
+        {
+            "phase": "Running",
+            **bound,
+            "message": scheduled["message"],
+            "conditions": [scheduled, running],
+            "startTime": start,
+        },
+        {
+            "phase": "Succeeded",
+            **bound,
+            "conditions": [scheduled, done],
+            "startTime": start,
+            "reason": "Succeeded",
+            "completionTime": at(200),
+        },
+    ]
+
+
+async def run_runs(runs: int, writers: int, watchers: int) -> dict[str, Any]:
+    """Measure the server's CPU per Run write (create + three status updates per Run)."""
+    with tempfile.TemporaryDirectory(prefix="localkube-bench-runs-") as tmp:
+        process, url, token, ca = await _start_server(Path(tmp))
+        try:
+            bench = Bench(url, token, ca)
+            async with RawClient(url, token, bench.ssl) as client:
+                await client.request(
+                    "POST",
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                    yaml.safe_load(RUN_CRD.read_text()),
+                )
+                since = (await client.request("GET", RUNS, None))["metadata"]["resourceVersion"]
+            events = 0
+
+            async def watcher(*, task_status: trio.TaskStatus[None]) -> None:
+                nonlocal events
+                async with RawClient(url, token, bench.ssl) as stream:
+                    started = False
+                    async for lines in stream.stream_lines(
+                        f"{RUNS}?watch=true&resourceVersion={since}"
+                    ):
+                        if not started:
+                            task_status.started()
+                            started = True
+                        events += sum(1 for line in lines if line)
+
+            queue = list(range(runs))
+
+            async def writer(index: int) -> None:
+                async with RawClient(url, token, bench.ssl) as client:
+                    while queue:
+                        n = queue.pop()
+                        name = f"run-{n:05d}"
+                        obj = await client.request(
+                            "POST",
+                            RUNS,
+                            {
+                                "apiVersion": "kruntimes.io/v1alpha1",
+                                "kind": "Run",
+                                "metadata": {"name": name, "namespace": NAMESPACE},
+                                "spec": {
+                                    "runtime": "bash",
+                                    "source": {"inline": "exit 0\n"},
+                                    "mode": {"task": {}},
+                                },
+                            },
+                        )
+                        for status in _run_statuses(f"pod-{index % 2}", f"uid-{index % 2}"):
+                            obj["status"] = status
+                            obj = await client.request("PUT", f"{RUNS}/{name}/status", obj)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(watchers):
+                    await nursery.start(watcher)
+                start = time.perf_counter()
+                server_cpu = _cpu_seconds(process.pid)
+                async with trio.open_nursery() as writing:
+                    for index in range(writers):
+                        writing.start_soon(writer, index)
+                elapsed = time.perf_counter() - start
+                server_cpu = _cpu_seconds(process.pid) - server_cpu
+                await trio.sleep(0.3)  # let watchers drain
+                nursery.cancel_scope.cancel()
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.move_on_after(5):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+    return {
+        "runs": runs,
+        "writers": writers,
+        "watchers": watchers,
+        "seconds": round(elapsed, 2),
+        "runs_per_second": round(runs / elapsed, 1),
+        "watch_events": events,
+        "server_cpu_ms_per_run": round(server_cpu * 1000 / runs, 3),
+        "server_cpu_ms_per_write": round(server_cpu * 1000 / (4 * runs), 3),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
 def _figures(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The figures for bench/report.py (its ``--report-json`` record format)."""
     store = f"store alone without HTTP, {result['watchers']} subscribers"
@@ -459,10 +605,29 @@ def main() -> None:
         "--quick", action="store_true", help="short run: 1 s, 4 writers, 4 watchers"
     )
     parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
+    parser.add_argument(
+        "--runs", type=int, default=0, help="measure N Runs' writes instead (see above)"
+    )
     args = parser.parse_args()
     if args.quick:  # quick defaults; explicit arguments still win
         parser.set_defaults(seconds=1.0, writers=4, watchers=4)
         args = parser.parse_args()
+    if args.runs:
+        figures = trio.run(run_runs, args.runs, args.writers, args.watchers)
+        if args.json:
+            print(json.dumps(figures))
+            return
+        print(
+            f"{figures['runs']} Runs (create + 3 status writes each, {figures['writers']} "
+            f"writers, {figures['watchers']} watchers, SQLite) in {figures['seconds']} s "
+            f"= {figures['runs_per_second']} Runs/s; {figures['watch_events']} watch events"
+        )
+        print(
+            f"server CPU: {figures['server_cpu_ms_per_run']} ms per Run, "
+            f"{figures['server_cpu_ms_per_write']} ms per write "
+            f"(load average {figures['load_average']})"
+        )
+        return
     result = trio.run(
         run, args.seconds, args.writers, args.watchers, args.httpx_watchers, args.rate
     )

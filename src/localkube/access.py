@@ -25,6 +25,12 @@ from localkube.auth.types import Decision, RequestAttributes, UserInfo
 from localkube.errors import ApiError
 
 RBAC = "rbac.authorization.k8s.io"
+RBAC_KINDS = tuple(
+    f"{RBAC}/{plural}"
+    for plural in ("roles", "rolebindings", "clusterroles", "clusterrolebindings")
+)
+MAX_CACHED_GRANTS = 1024
+"""Users x namespaces whose RBAC grants :class:`Access` keeps between RBAC changes."""
 SA_PREFIX = "system:serviceaccount:"
 PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
 """Non-resource paths answered without credentials (``system:public-info-viewer``)."""
@@ -73,6 +79,8 @@ class Access:
         self.authenticator = authenticator
         self.rbac = StoreRbac(store)
         self.wall_time = wall_time
+        self._grants: dict[tuple[str, tuple[str, ...], str], rbac.UserGrants] = {}
+        self._grants_revision = -1
         authority = authenticator.token_authority
         if authority.sa_exists is None:
             authority.sa_exists = self._sa_exists
@@ -189,7 +197,23 @@ class Access:
         """Evaluate RBAC for ``attrs`` (``system:masters`` may do anything)."""
         if attrs.path in PUBLIC_PATHS and not attrs.resource_request:
             return Decision(True, "public info")
-        return rbac.authorize(user, attrs, self.rbac)
+        if rbac.MASTERS_GROUP in user.groups:
+            return Decision(True, "")
+        return rbac.decide(self._user_grants(user, rbac.request_namespace(attrs)), attrs)
+
+    def _user_grants(self, user: UserInfo, namespace: str) -> rbac.UserGrants:
+        """``rbac.user_grants``, kept until a Role, ClusterRole or binding changes."""
+        revision = max(self.store.kind_revision(kind) for kind in RBAC_KINDS)
+        if revision != self._grants_revision:
+            self._grants.clear()
+            self._grants_revision = revision
+        key = (user.username, tuple(user.groups), namespace)
+        grants = self._grants.get(key)
+        if grants is None:
+            if len(self._grants) >= MAX_CACHED_GRANTS:
+                del self._grants[next(iter(self._grants))]
+            grants = self._grants[key] = rbac.user_grants(user, namespace, self.rbac)
+        return grants
 
     def require(self, user: UserInfo, attrs: RequestAttributes) -> None:
         """Raise the standard 403 unless ``user`` may do ``attrs``.

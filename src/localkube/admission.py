@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Protocol
 
 from localkube import objects, storage
@@ -69,6 +70,9 @@ class Admission:
         self.store = store
         self.registry = registry
         self._validators: dict[tuple[str, str], tuple[str, ObjectValidator | None]] = {}
+        # validators compiled while admitting a CRD write, served once it is stored: CRD name
+        # -> (the admitted spec, validator per version)
+        self._admitted: dict[str, tuple[Any, dict[str, ObjectValidator | None]]] = {}
 
     # namespaces -----------------------------------------------------------------
 
@@ -122,10 +126,22 @@ class Admission:
         """Serve every stored CRD (at start-up); a CRD that no longer compiles is skipped."""
         for crd in self.store.list(CRD_KEY):
             try:
-                self._compile(crd)
+                compiled = self._compile(crd)
                 self.registry.set_crd(crd)
             except (ApiError, CRDError):
                 continue
+            self._keep_validators(crd, compiled)
+
+    def _keep_validators(
+        self, crd: dict[str, Any], compiled: dict[str, ObjectValidator | None]
+    ) -> None:
+        """Serve ``compiled`` for the stored ``crd`` (until its resourceVersion changes)."""
+        name = crd["metadata"]["name"]
+        rv = crd["metadata"]["resourceVersion"]
+        for key in [k for k in self._validators if k[0] == name]:
+            del self._validators[key]
+        for version, validator in compiled.items():
+            self._validators[(name, version)] = (rv, validator)
 
     def _compile(self, crd: dict[str, Any]) -> dict[str, ObjectValidator | None]:
         name = crd.get("metadata", {}).get("name", "")
@@ -175,8 +191,7 @@ class Admission:
         if cached is not None and cached[0] == rv:
             return cached[1]
         compiled = self._compile(crd)
-        for version, validator in compiled.items():
-            self._validators[(rt.crd_name, version)] = (rv, validator)
+        self._keep_validators(crd, compiled)
         return compiled.get(rt.version)
 
     def _crd_status(self, crd: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -281,7 +296,7 @@ class Admission:
                                 )
                             ],
                         )
-            self._compile(obj)
+            self._admitted[name] = (copy.deepcopy(obj.get("spec")), self._compile(obj))
             self._crd_status(obj, old)
             return obj
         if rt.crd_name:
@@ -377,12 +392,15 @@ class Admission:
     def after_write(
         self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> None:
-        """Side effects after a successful write (serve a CRD's kinds)."""
+        """Side effects after a successful write (serve a CRD's kinds and validators)."""
         if rt.storage_key == CRD_KEY:
             try:
                 self.registry.set_crd(obj)
             except CRDError:
                 pass
+            admitted = self._admitted.pop(obj["metadata"]["name"], None)
+            if admitted is not None and admitted[0] == obj.get("spec"):
+                self._keep_validators(obj, admitted[1])
 
     def after_delete(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         """Side effects after a deletion (stop serving a CRD's kinds, end their watches)."""

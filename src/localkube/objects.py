@@ -11,7 +11,6 @@ finalizer rule "no new finalizers once deletion started". Every rule failure rai
 
 from __future__ import annotations
 
-import copy
 import re
 import secrets
 import uuid
@@ -289,7 +288,8 @@ def prepare_update(
             ],
         )
     if subresource == "status":
-        result = copy.deepcopy(old)
+        # stored objects are read-only: share everything but the parts this write replaces
+        result = {**old, "metadata": dict(old["metadata"])}
         if "status" in new:
             result["status"] = new["status"]
         else:

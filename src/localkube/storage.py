@@ -159,8 +159,15 @@ class MemoryBackend:
         """Do nothing."""
 
 
+_PUT = "INSERT OR REPLACE INTO objects (rkey, namespace, name, data, rev) VALUES (?, ?, ?, ?, ?)"
+
+
 class SqliteBackend:
     """SQLite storage in one file, WAL mode, ``synchronous=NORMAL``, exclusive locking.
+
+    Each row keeps the revision that wrote it, and ``meta`` the revision of the last write
+    that was not a single put (deletions); the store's revision is the larger of the two,
+    so the common write, one object put, is a single SQLite statement.
 
     One server at a time: an exclusive ``flock`` on ``<path>.lock`` is held while open.
 
@@ -188,8 +195,12 @@ class SqliteBackend:
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS objects (rkey TEXT NOT NULL, namespace TEXT NOT NULL,"
-                " name TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (rkey, namespace, name))"
+                " name TEXT NOT NULL, data BLOB NOT NULL, rev INTEGER NOT NULL DEFAULT 0,"
+                " PRIMARY KEY (rkey, namespace, name))"
             )
+            columns = [row[1] for row in self._conn.execute("PRAGMA table_info(objects)")]
+            if "rev" not in columns:  # a database from before the column
+                self._conn.execute("ALTER TABLE objects ADD COLUMN rev INTEGER NOT NULL DEFAULT 0")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
             )
@@ -200,7 +211,8 @@ class SqliteBackend:
     def load(self) -> tuple[int, list[tuple[ObjectKey, dict[str, Any]]]]:
         """Return the stored revision and objects."""
         row = self._conn.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
-        revision = int(row[0]) if row else 0
+        latest_put = self._conn.execute("SELECT max(rev) FROM objects").fetchone()
+        revision = max(int(row[0]) if row else 0, int(latest_put[0] or 0))
         objects = [
             ((rkey, ns, name), json.loads(data))
             for rkey, ns, name, data in self._conn.execute(
@@ -215,20 +227,22 @@ class SqliteBackend:
         puts: list[tuple[ObjectKey, bytes]],
         deletes: list[ObjectKey],
     ) -> None:
-        """Apply one write in a single transaction (rolled back on any error).
+        """Apply one write atomically: one statement for a single put, else one transaction.
 
         Raises:
-            StoreError: SQLite failed; the transaction was rolled back.
+            StoreError: SQLite failed; nothing was applied (the transaction rolled back).
         """
         conn = self._conn
         try:
+            if len(puts) == 1 and not deletes:
+                # the common write: one statement, its own transaction; the row keeps the
+                # revision (load takes the largest), so meta needs no second statement
+                ((k, data),) = puts
+                conn.execute(_PUT, (k[0], k[1], k[2], data, revision))
+                return
             conn.execute("BEGIN")
             if puts:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO objects (rkey, namespace, name, data)"
-                    " VALUES (?, ?, ?, ?)",
-                    [(k[0], k[1], k[2], data) for k, data in puts],
-                )
+                conn.executemany(_PUT, [(k[0], k[1], k[2], data, revision) for k, data in puts])
             if deletes:
                 conn.executemany(
                     "DELETE FROM objects WHERE rkey=? AND namespace=? AND name=?", deletes
@@ -279,6 +293,7 @@ class Store:
         self._subscribers: list[_Subscriber] = []
         self._watch_buffer = watch_buffer
         self._last_event: StoredEvent | None = None
+        self._kind_revisions: dict[str, int] = {}
 
     @property
     def revision(self) -> int:
@@ -289,6 +304,13 @@ class Store:
     def oldest_revision(self) -> int:
         """Revisions strictly greater than this can be replayed; older ones are Gone."""
         return self._compacted
+
+    def kind_revision(self, storage_key: str) -> int:
+        """The revision of the last write to one kind in this process (0 if none yet).
+
+        Lets a reader keep what it derived from a kind (RBAC decisions) until it changes.
+        """
+        return self._kind_revisions.get(storage_key, 0)
 
     def close(self) -> None:
         """Close every subscriber and the backend."""
@@ -398,6 +420,7 @@ class Store:
             data = encode(obj)
             self._backend.commit(revision, [(key, data)], [])
         self._revision = revision
+        self._kind_revisions[key[0]] = revision
         objects = self._index.setdefault(key[0], {})
         if kind == "DELETED":
             objects.pop((key[1], key[2]), None)

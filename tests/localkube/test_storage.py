@@ -185,3 +185,46 @@ def test_one_process_at_a_time_per_state_dir(tmp_path: Path) -> None:
         open_store(tmp_path)
     first.close()
     open_store(tmp_path).close()
+
+
+def test_sqlite_single_put_is_one_statement_and_revisions_survive(tmp_path: Path) -> None:
+    backend = storage.SqliteBackend(tmp_path / "db")
+    statements: list[str] = []
+    backend._conn.set_trace_callback(statements.append)
+    backend.commit(1, [(key("a"), b'{"v":1}')], [])
+    assert len(statements) == 1
+    assert statements[0].startswith("INSERT OR REPLACE INTO objects")
+    backend.commit(2, [(key("b"), b'{"v":2}')], [])
+    backend.close()
+    # the revision of a put lives in its row; of a deletion, in meta: load takes the larger
+    backend = storage.SqliteBackend(tmp_path / "db")
+    assert backend.load()[0] == 2
+    backend.commit(3, [], [key("b")])
+    backend.close()
+    backend = storage.SqliteBackend(tmp_path / "db")
+    revision, objects = backend.load()
+    assert (revision, [k for k, _ in objects]) == (3, [key("a")])
+    backend.commit(4, [(key("a"), b'{"v":4}')], [])
+    backend.close()
+    backend = storage.SqliteBackend(tmp_path / "db")
+    assert backend.load()[0] == 4
+    backend.close()
+
+
+def test_sqlite_database_without_revision_column_is_upgraded(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "db") as conn:
+        conn.execute(
+            "CREATE TABLE objects (rkey TEXT NOT NULL, namespace TEXT NOT NULL,"
+            " name TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (rkey, namespace, name))"
+        )
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        conn.execute("INSERT INTO objects VALUES ('/configmaps', 'ns', 'a', '{\"v\":1}')")
+        conn.execute("INSERT INTO meta VALUES ('revision', 7)")
+    conn.close()
+    backend = storage.SqliteBackend(tmp_path / "db")
+    assert backend.load() == (7, [(key("a"), {"v": 1})])
+    backend.commit(8, [(key("b"), b'{"v":8}')], [])
+    backend.close()
+    backend = storage.SqliteBackend(tmp_path / "db")
+    assert backend.load()[0] == 8
+    backend.close()

@@ -268,12 +268,49 @@ def authorize(user: UserInfo, attrs: RequestAttributes, rbac: RbacSource) -> Dec
     """
     if MASTERS_GROUP in user.groups:
         return Decision(True, "")
+    return decide(user_grants(user, request_namespace(attrs), rbac), attrs)
+
+
+def request_namespace(attrs: RequestAttributes) -> str:
+    """The namespace whose RoleBindings apply to ``attrs`` (``""``: ClusterRoleBindings only)."""
+    return attrs.namespace if attrs.resource_request else ""
+
+
+@dataclass(frozen=True)
+class UserGrants:
+    """Every grant that applies to one user in one namespace, in evaluation order.
+
+    Depends only on the user's name and groups, the namespace and the RBAC objects, so a
+    caller may keep it until a Role, ClusterRole or binding changes.
+
+    Attributes:
+        grants: the applicable bindings' rules, cluster-wide first.
+        reason: the deny reason (``RBAC: ... not found`` for missing roles, else ``""``).
+    """
+
+    grants: tuple[_Grant, ...]
+    reason: str
+
+
+def user_grants(user: UserInfo, namespace: str, rbac: RbacSource) -> UserGrants:
+    """Collect the grants of every binding that applies to ``user`` in ``namespace``.
+
+    Args:
+        user: the caller (not a ``system:masters`` member: those skip RBAC).
+        namespace: see :func:`request_namespace`.
+        rbac: the RBAC objects.
+    """
     resolver = _Resolver(rbac)
-    namespace = attrs.namespace if attrs.resource_request else ""
-    for grant in resolver.grants(user, namespace):
+    grants = tuple(resolver.grants(user, namespace))
+    return UserGrants(grants, resolver.reason())
+
+
+def decide(grants: UserGrants, attrs: RequestAttributes) -> Decision:
+    """The RBAC decision for ``attrs`` given the caller's grants (see :func:`authorize`)."""
+    for grant in grants.grants:
         if any(rule_allows(rule, attrs) for rule in grant.rules):
             return Decision(True, f"RBAC: allowed by {grant.describe()}")
-    return Decision(False, resolver.reason())
+    return Decision(False, grants.reason)
 
 
 def role_reference_rules(

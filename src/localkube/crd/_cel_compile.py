@@ -32,6 +32,7 @@ import lark
 from celpy.celparser import CELParseError
 
 from localkube.crd._cel_library import FUNCTIONS, OPTIONAL_FUNCTIONS
+from localkube.crd._cel_reads import field_reads
 from localkube.crd._cel_values import ROOT_KEYS, escape_property
 from localkube.crd._fielderrors import UnsupportedSchema
 from localkube.crd._schema import SchemaNode
@@ -131,10 +132,15 @@ class CheckedExpression:
     Attributes:
         program: the cel-python runner, evaluated with ``{"self": ..., "oldSelf": ...}``.
         uses_old_self: whether the text refers to ``oldSelf`` (a transition rule).
+        self_reads: the CEL names of the fields of ``self`` the expression selects, or
+            None when it uses ``self`` as a whole (see :mod:`localkube.crd._cel_reads`).
+        old_self_reads: the same for ``oldSelf``.
     """
 
     program: celpy.Runner
     uses_old_self: bool
+    self_reads: frozenset[str] | None = None
+    old_self_reads: frozenset[str] | None = None
 
 
 def _args(node: lark.Tree[Any]) -> list[lark.Tree[Any]]:
@@ -358,4 +364,9 @@ def compile_expression(
     except UnsupportedSchema as exc:
         raise UnsupportedSchema(path, f"compilation failed: {exc.detail}") from None
     program = ENVIRONMENT.program(tree, functions=dict(FUNCTIONS))
-    return CheckedExpression(program=program, uses_old_self=checker.uses_old_self)
+    return CheckedExpression(
+        program=program,
+        uses_old_self=checker.uses_old_self,
+        self_reads=field_reads(tree, "self"),
+        old_self_reads=field_reads(tree, "oldSelf"),
+    )

@@ -14,11 +14,19 @@ value's path (plus the rule's ``fieldPath``), the bad value is the schema type
 (``Invalid value: "string": ...``), the detail is the evaluated ``messageExpression``, else
 ``message``, else ``failed rule: <rule>``, and ``reason`` picks ``Forbidden``,
 ``Required value``, ``Duplicate value`` or ``Invalid value``.
+
+Rules are pure functions of ``self`` and ``oldSelf``, so outcomes are memoized
+(:class:`~localkube.crd._rule_cache.RuleResultCache`): a rule that reads only named fields
+(``has(self.a) == has(self.b)``, see :mod:`localkube.crd._cel_reads`) is keyed by those
+fields alone and converts only them to CEL values, and the whole walk of an unchanged
+child of the root (the ``spec`` of a status write) is one lookup. Subtrees without rules
+are not walked.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +36,16 @@ from celpy.evaluation import CELEvalError
 from localkube.crd import _fielderrors as fe
 from localkube.crd._cel_compile import CheckedExpression, compile_expression
 from localkube.crd._cel_library import OptionalValue
-from localkube.crd._cel_values import Memo, to_cel
+from localkube.crd._cel_values import Memo, escape_property, to_cel, to_cel_fields
 from localkube.crd._fielderrors import UnsupportedSchema
-from localkube.crd._rule_cache import ABSENT, Outcome, RuleResultCache, canonical_json
+from localkube.crd._rule_cache import (
+    ABSENT,
+    CacheKey,
+    Outcome,
+    RuleResultCache,
+    ValueKeys,
+    canonical_json,
+)
 from localkube.crd._schema import SchemaNode
 from localkube.errors import FieldError
 
@@ -51,6 +66,11 @@ class CompiledRule:
         reason: the field error cause type for failures.
         field_path: ``fieldPath`` split into segments (``(name, is_map_key)``).
         optional_old_self: whether ``oldSelf`` is an optional.
+        self_keys: the JSON property names of ``self`` that the rule and its
+            messageExpression read, when they read only named fields; None when they use
+            ``self`` as a whole (or ``self`` is an object root or embedded resource).
+            Outcomes are memoized by these fields alone.
+        old_keys: the same for ``oldSelf``.
     """
 
     rule: str
@@ -60,6 +80,8 @@ class CompiledRule:
     reason: str
     field_path: tuple[tuple[str, bool], ...]
     optional_old_self: bool
+    self_keys: tuple[str, ...] | None = None
+    old_keys: tuple[str, ...] | None = None
 
     @property
     def is_transition(self) -> bool:
@@ -95,6 +117,12 @@ def compile_rules(node: SchemaNode, *, correlatable: bool = True, root: bool = T
         compile_rules(node.items, correlatable=correlatable and node.list_type == "map", root=False)
     for junctor in (*node.all_of, *node.any_of, *node.one_of, *([node.not_] if node.not_ else [])):
         _forbid_rules_in_junctor(junctor)
+    children = [*node.properties.values()]
+    if isinstance(node.additional, SchemaNode):
+        children.append(node.additional)
+    if node.items is not None:
+        children.append(node.items)
+    node.rules_below = bool(node.rules) or any(c.rules_below for c in children)
 
 
 def _forbid_rules_in_junctor(node: SchemaNode) -> None:
@@ -162,7 +190,29 @@ def _compile_rule(
         reason=reason,
         field_path=field_path,
         optional_old_self=optional,
+        self_keys=_json_keys(expression.self_reads, message_expression, "self", node, root),
+        old_keys=_json_keys(expression.old_self_reads, message_expression, "old", node, root),
     )
+
+
+def _json_keys(
+    reads: frozenset[str] | None,
+    message_expression: CheckedExpression | None,
+    which: str,
+    node: SchemaNode,
+    root: bool,
+) -> tuple[str, ...] | None:
+    """The JSON property names behind the CEL field names a rule reads (see CompiledRule)."""
+    if message_expression is not None:
+        extra = (
+            message_expression.self_reads if which == "self" else message_expression.old_self_reads
+        )
+        reads = None if reads is None or extra is None else reads | extra
+    if reads is None or root or node.embedded:
+        return None
+    if node.properties:  # CEL sees declared properties under their escaped names
+        return tuple(k for k in node.properties if escape_property(k) in reads)
+    return tuple(sorted(reads))  # maps and untyped objects keep their keys as they are
 
 
 def _parse_field_path(text: str, node: SchemaNode, path: str) -> tuple[tuple[str, bool], ...]:
@@ -263,14 +313,24 @@ def _walk(
     *,
     root: bool = False,
 ) -> None:
+    if not node.rules_below:
+        return
     if node.rules:
         _run_rules(walker, value, old, has_old, node, path, root=root)
     if isinstance(value, dict):
         old_map: dict[str, Any] = old if has_old and isinstance(old, dict) else {}
         for key, child in node.properties.items():
-            if key in value and not (root and key in ("apiVersion", "kind", "metadata")):
+            if (
+                child.rules_below
+                and key in value
+                and not (root and key in ("apiVersion", "kind", "metadata"))
+            ):
                 present = key in old_map
-                _walk(walker, value[key], old_map.get(key), present, child, child_path(path, key))
+                child_args = (value[key], old_map.get(key), present, child, child_path(path, key))
+                if root and walker.cache is not None:
+                    _walk_memoized(walker, walker.cache, *child_args)
+                else:
+                    _walk(walker, *child_args)
         if isinstance(node.additional, SchemaNode):
             for key, item in value.items():
                 if key in node.properties:
@@ -289,6 +349,38 @@ def _walk(
         for index, item in enumerate(value):
             present, old_item = old_items[index]
             _walk(walker, item, old_item, present, node.items, f"{path}[{index}]")
+
+
+def _walk_memoized(
+    walker: _Walker,
+    cache: RuleResultCache,
+    value: Any,
+    old: Any,
+    has_old: bool,
+    node: SchemaNode,
+    path: str,
+) -> None:
+    """:func:`_walk` of a subtree of the root, answered from the cache when seen before.
+
+    Every error under the subtree is a pure function of the subtree's value and old value
+    (and the path, fixed for a child of the root), so the whole walk can be reused.
+    """
+    if not cache.subtree_worth_trying(id(node)):
+        _walk(walker, value, old, has_old, node, path)
+        return
+    new_text = canonical_json(value)
+    old_text = (canonical_json(old) if has_old else ABSENT) if new_text is not None else None
+    if new_text is None or old_text is None:
+        _walk(walker, value, old, has_old, node, path)
+        return
+    key = (id(node), new_text, old_text)
+    known = cache.subtree_get(key)
+    if known is not None:
+        walker.errors.extend(FieldError(*error) for error in known)
+        return
+    start = len(walker.errors)
+    _walk(walker, value, old, has_old, node, path)
+    cache.subtree_put(key, tuple((e.field, e.reason, e.message) for e in walker.errors[start:]))
 
 
 def _correlate(
@@ -315,36 +407,38 @@ def _correlate(
 def _run_rules(
     walker: _Walker, value: Any, old: Any, has_old: bool, node: SchemaNode, path: str, *, root: bool
 ) -> None:
-    self_value: Any = None
-    old_value: Any = None
-    converted = old_converted = False
-    self_key: str | None = None
-    old_key: str | None = None
-    keyed = old_keyed = False
     cache = walker.cache
+    self_keys = ValueKeys(value)
+    old_keys = ValueKeys(old)
+    self_values: dict[tuple[str, ...] | None, Any] = {}
+    old_values: dict[tuple[str, ...] | None, Any] = {}
     for rule in node.rules:
         if rule.is_transition and not has_old and not rule.optional_old_self:
             continue
-        key: tuple[int, str, str] | None = None
+        key: CacheKey | None = None
         if cache is not None:
-            if not keyed:
-                self_key, keyed = canonical_json(value), True
-            if rule.is_transition and not old_keyed:
-                old_key = canonical_json(old) if has_old else ABSENT
-                old_keyed = True
-            if self_key is not None and (not rule.is_transition or old_key is not None):
-                key = (id(rule), self_key, old_key if rule.is_transition and old_key else "")
+            self_key = self_keys.key(rule.self_keys)
+            old_key: Hashable = ""
+            if rule.is_transition:
+                old_key = old_keys.key(rule.old_keys) if has_old else ABSENT
+            if self_key is not None and old_key is not None:
+                key = (id(rule), self_key, old_key)
                 if key in cache:
                     _record(walker, rule, path, cache.get(key))
                     continue
-        if not converted:
-            self_value = to_cel(value, node, root=root, memo=walker.memo)
-            converted = True
-        activation: dict[str, Any] = {"self": self_value}
+        if rule.self_keys not in self_values:
+            self_values[rule.self_keys] = _cel_value(
+                value, node, rule.self_keys, root=root, memo=walker.memo
+            )
+        activation: dict[str, Any] = {"self": self_values[rule.self_keys]}
         if rule.is_transition:
-            if not old_converted:
-                old_value = to_cel(old, node, root=root, memo=walker.old_memo) if has_old else None
-                old_converted = True
+            if rule.old_keys not in old_values:
+                old_values[rule.old_keys] = (
+                    _cel_value(old, node, rule.old_keys, root=root, memo=walker.old_memo)
+                    if has_old
+                    else None
+                )
+            old_value = old_values[rule.old_keys]
             activation["oldSelf"] = (
                 OptionalValue(old_value, present=has_old) if rule.optional_old_self else old_value
             )
@@ -352,6 +446,15 @@ def _run_rules(
         if cache is not None and key is not None:
             cache.put(key, outcome)
         _record(walker, rule, path, outcome)
+
+
+def _cel_value(
+    value: Any, node: SchemaNode, keys: tuple[str, ...] | None, *, root: bool, memo: Memo
+) -> Any:
+    """``self`` for a rule: only the properties it reads when it reads named ones."""
+    if keys is not None and isinstance(value, dict):
+        return to_cel_fields(value, node, keys, memo=memo)
+    return to_cel(value, node, root=root, memo=memo)
 
 
 def _record(walker: _Walker, rule: CompiledRule, path: str, outcome: Outcome) -> None:

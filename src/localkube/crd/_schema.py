@@ -75,7 +75,9 @@ class SchemaNode:
     Attributes mirror the OpenAPI keywords (``min_length`` is ``minLength`` and so on);
     ``additional`` is a node for ``additionalProperties: {schema}``, ``True`` for
     ``additionalProperties: true`` and ``None`` when unset or ``false``. ``rules`` holds
-    the compiled ``x-kubernetes-validations`` (filled in by the validator). ``path`` is
+    the compiled ``x-kubernetes-validations`` and ``rules_below`` tells whether this node or
+    any node under it has one (both filled in by the validator). ``enum_strings`` are the
+    string members of ``enum``; ``pattern_results`` memoizes ``pattern`` matches. ``path`` is
     the node's location inside ``openAPIV3Schema`` for CRD-time messages.
     """
 
@@ -86,8 +88,10 @@ class SchemaNode:
     items: SchemaNode | None = None
     additional: SchemaNode | bool | None = None
     enum: list[Any] | None = None
+    enum_strings: frozenset[str] = frozenset()
     pattern: str | None = None
     pattern_re: Any = None
+    pattern_results: dict[str, bool] = field(default_factory=dict)
     format: str | None = None
     min_length: int | None = None
     max_length: int | None = None
@@ -115,6 +119,7 @@ class SchemaNode:
     map_type: str | None = None
     raw_rules: list[Any] = field(default_factory=list)
     rules: list[Any] = field(default_factory=list)
+    rules_below: bool = False
 
     def type_names(self) -> str:
         """The type name(s) as kube-openapi prints them in type errors."""
@@ -264,6 +269,7 @@ class _Parser:
                 self.problem(f"{path}.enum", "must be a list")
             else:
                 node.enum = list(raw["enum"])
+                node.enum_strings = frozenset(e for e in node.enum if isinstance(e, str))
         if "pattern" in raw:
             pattern = raw["pattern"]
             if not isinstance(pattern, str):

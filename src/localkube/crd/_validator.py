@@ -82,22 +82,11 @@ class CRDValidator:
         apply_defaults(new_obj, node, root=True)
         errors = validate_value(new_obj, node, "", root=True)
         if any(e.reason in BLOCKING_REASONS for e in errors):
-            if _has_rules(node):
+            if node.rules_below:
                 errors.append(fe.invalid(fe.ROOT_FIELD, None, SKIPPED_RULES_MESSAGE))
         else:
             errors.extend(evaluate_rules(new_obj, old, old is not None, node, cache=self._cache))
         return new_obj, errors
-
-
-def _has_rules(node: SchemaNode) -> bool:
-    if node.rules:
-        return True
-    children = [*node.properties.values()]
-    if isinstance(node.additional, SchemaNode):
-        children.append(node.additional)
-    if node.items is not None:
-        children.append(node.items)
-    return any(_has_rules(c) for c in children)
 
 
 def _check_defaults(node: SchemaNode) -> None:

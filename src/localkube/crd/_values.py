@@ -124,10 +124,34 @@ def _validate(
         _validate_number(value, node, path, errors)
     elif actual == "array":
         _validate_array(value, node, path, errors)
-    if node.enum is not None and not any(json_equal(value, e) for e in node.enum):
+    if node.enum is not None and not _in_enum(value, node):
         errors.append(fe.not_supported(field_of(path), value, node.enum))
     if actual == "object":
         _validate_object(value, node, path, errors, root=root)
+
+
+def _in_enum(value: Any, node: SchemaNode) -> bool:
+    assert node.enum is not None
+    if type(value) is str:  # the common case: no deep comparisons
+        return value in node.enum_strings
+    return any(json_equal(value, e) for e in node.enum)
+
+
+MAX_PATTERN_RESULTS = 4096
+"""Match results kept per schema pattern (values recur: condition types, reasons, names)."""
+MAX_PATTERN_RESULT_CHARS = 256
+
+
+def _matches_pattern(value: str, node: SchemaNode) -> bool:
+    results = node.pattern_results
+    found = results.get(value)
+    if found is None:
+        found = node.pattern_re.search(value) is not None
+        if len(value) <= MAX_PATTERN_RESULT_CHARS:
+            if len(results) >= MAX_PATTERN_RESULTS:
+                results.clear()
+            results[value] = found
+    return found
 
 
 def _type_error(path: str, node: SchemaNode, actual: str) -> FieldError:
@@ -137,6 +161,8 @@ def _type_error(path: str, node: SchemaNode, actual: str) -> FieldError:
 
 
 def _validate_junctors(value: Any, node: SchemaNode, path: str, errors: list[FieldError]) -> None:
+    if not (node.all_of or node.any_of or node.one_of or node.not_ is not None):
+        return
     name = fe.go_quote(path or ".")
     if node.all_of:
         failed = 0
@@ -192,7 +218,7 @@ def _validate_string(value: str, node: SchemaNode, path: str, errors: list[Field
                 field, value, f"{name} in body should be at least {node.min_length} chars long"
             )
         )
-    if node.pattern_re is not None and node.pattern_re.search(value) is None:
+    if node.pattern_re is not None and not _matches_pattern(value, node):
         errors.append(fe.invalid(field, value, f"{name} in body should match '{node.pattern}'"))
     if node.format is not None and not check_format(node.format, value):
         detail = f"{name} in body must be of type {node.format}: {fe.go_quote(value)}"

@@ -412,3 +412,30 @@ def test_non_object_body_is_a_type_error_not_an_exception() -> None:
     validator = CRDValidator(spec_schema(a={"type": "string"}))
     _, errors = validator.admit([1, 2])  # type: ignore[arg-type]
     assert errors[0].reason == "FieldValueTypeInvalid"
+
+
+def test_enum_of_mixed_types_keeps_json_types_apart() -> None:
+    schema = {"a": {"x-kubernetes-int-or-string": True, "enum": ["1", 2]}}
+    validator = CRDValidator(spec_schema(**schema))
+    for good in ("1", 2):
+        assert validator.admit({"spec": {"a": good}})[1] == []
+    for bad in (1, "2"):
+        error = only(validator.admit({"spec": {"a": bad}})[1])
+        assert error.reason == "FieldValueNotSupported"
+
+
+def test_pattern_results_are_memoized_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from localkube.crd import _values
+
+    monkeypatch.setattr(_values, "MAX_PATTERN_RESULTS", 2)
+    validator = CRDValidator(spec_schema(a={"type": "string", "pattern": "^[a-z]+$"}))
+    node = validator.root.properties["spec"].properties["a"]
+    for _ in range(2):  # the second round is answered from the memo, with the same errors
+        assert validator.admit({"spec": {"a": "abc"}})[1] == []
+        error = only(validator.admit({"spec": {"a": "ABC"}})[1])
+        assert error.message == "Invalid value: \"ABC\": spec.a in body should match '^[a-z]+$'"
+    assert node.pattern_results == {"abc": True, "ABC": False}
+    validator.admit({"spec": {"a": "xyz"}})
+    assert node.pattern_results == {"xyz": True}  # full: cleared, then kept
+    assert only(validator.admit({"spec": {"a": "x" * 300 + "!"}})[1]).field == "spec.a"
+    assert "x" * 300 + "!" not in node.pattern_results  # long values are not kept
