@@ -6,7 +6,8 @@ change calls ``on_change()`` so the Pod worker writes the Pod status. The proces
 
     run()                          restart loop, per restartPolicy and CrashBackoff
       _run_once()                  one process (one run = one log file)
-        pump stdout / stderr       -> logs/<container>/<restartCount>.log (CRI format)
+        pump stdout / stderr       -> logs/<container>/<restartCount>.log (CRI format,
+                                      batched: localkube.node.logpump)
         probes                     startup, readiness, liveness
         stop watcher               SIGTERM -> grace -> SIGKILL of the container
 
@@ -40,6 +41,7 @@ from localkube.images import ImageTable, UnknownImageError
 from localkube.node.backoff import CrashBackoff, should_restart
 from localkube.node.env import ContainerConfigError, expand
 from localkube.node.layout import PodPaths
+from localkube.node.logpump import pump_log
 from localkube.node.logrotate import LogLimits, RotatingLog, prune_runs
 from localkube.node.logs import encode_records
 from localkube.node.podstatus import ContainerObservation
@@ -290,8 +292,10 @@ class ContainerRunner:
             log_path, max_bytes=limits.max_bytes, max_files=limits.max_files
         ) as logf:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pump, proc.stdout, "stdout", logf)
-                nursery.start_soon(self._pump, proc.stderr, "stderr", logf)
+                if proc.stdout is not None:
+                    nursery.start_soon(pump_log, proc.stdout, "stdout", logf)
+                if proc.stderr is not None:
+                    nursery.start_soon(pump_log, proc.stderr, "stderr", logf)
                 async with trio.open_nursery() as watchers:
                     watchers.start_soon(self._probe_loop, env, kill_reason, exited)
                     watchers.start_soon(self._stop_watcher, exited)
@@ -322,25 +326,6 @@ class ContainerRunner:
             started=False,
         )
         return code
-
-    async def _pump(
-        self, stream: trio.abc.ReceiveStream | None, name: str, logf: RotatingLog
-    ) -> None:
-        if stream is None:
-            return
-        pending = b""
-        async with stream:
-            while chunk := await stream.receive_some(65536):
-                pending += chunk
-                cut = pending.rfind(b"\n") + 1
-                if cut:
-                    await logf.write(encode_records(name, pending[:cut], now=time.time()))
-                    pending = pending[cut:]
-                elif len(pending) >= 16 * 1024:
-                    await logf.write(encode_records(name, pending, now=time.time()))
-                    pending = b""
-        if pending:
-            await logf.write(encode_records(name, pending, now=time.time()))
 
     async def _terminate(self, grace: float, exited: trio.Event) -> None:
         container = self._process
