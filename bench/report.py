@@ -92,6 +92,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("task_runs", "task Runs end to end on localkube (issue 6)", 500),
     Benchmark("function_ready", "function Run create -> Ready (issue 7)", 300),
     Benchmark("invoke", "gateway invoke vs bare HTTPS echo (issue 8)", 300),
+    Benchmark("kube_client", "Kubernetes client CPU per request vs kr8s path (issues 6, 8)", 180),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -10,10 +11,13 @@ from typing import Any
 
 import pytest
 import trio
+import yaml
 from conftest import CRDS, WIDGETS, service_account_token, widget
+from proxy_fake import connect_proxy
 
 from krt.kube import errors
 from krt.kube.client import ConfigError, Kube, connect
+from krt.kube.http11 import Http11Pool
 from krt.kube.resources import LEASES, NAMESPACES, PODS, SELFSUBJECTACCESSREVIEWS, ResourceRef
 from localkube.apiserver import ApiServerHandle
 
@@ -272,8 +276,8 @@ async def test_rotated_serviceaccount_token_is_reloaded_on_401(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
     kube = await connect(serviceaccount_dir=sa)
     try:
-        # the session still sends an expired token; the file holds the current one
-        kube.api._session.headers["Authorization"] = "Bearer expired"
+        # the client still holds an expired token; the file holds the current one
+        kube.api.auth.token = "expired"
         before = kube.requests
         await kube.get(NAMESPACES, "default")
         assert kube.requests == before + 2  # one 401, one retry with the reloaded token
@@ -341,13 +345,13 @@ async def test_runs_and_runtimes_refs_match_the_crds(kube: Kube) -> None:
 
 
 async def test_idle_connections_stay_open_beside_many_watches(kube: Kube) -> None:
-    """With 22 watches open, a burst's connections are kept and reused (encode/httpcore#1000).
+    """With 22 watches open, a burst's connections are kept and reused.
 
-    httpx's default pool would close every idle connection once the pool holds more than 20
-    (watches included), so each request of the next burst would open and TLS-handshake anew.
+    (httpx's default pool closed every idle connection once it held more than 20, watches
+    included, encode/httpcore#1000, so each request of the next burst opened and
+    TLS-handshaked anew; the client's own pool must keep them.)
     """
-    session = kube.api._session
-    pool = session._transport._pool  # type: ignore[union-attr]
+    pool = await kube._transport.pool()
     _, rv = await kube.list(PODS, "default")
 
     async def burst() -> None:
@@ -362,12 +366,114 @@ async def test_idle_connections_stay_open_beside_many_watches(kube: Kube) -> Non
         async with trio.open_nursery() as nursery:
             for _ in range(22):
                 nursery.start_soon(watch_forever)
-            # httpcore has no event for "connection in use"; poll its pool until all 22 stream
-            while sum(not c.is_idle() for c in pool.connections) < 22:  # noqa: ASYNC110
+            while pool.active_connections < 22:  # noqa: ASYNC110 - no event for "streaming"
                 await trio.sleep(0.01)
             await burst()
-            opened = {id(c) for c in pool.connections}
-            assert len(opened) >= 23  # the burst's connections are still there, idle
+            opened = pool.connections_opened
+            assert pool.idle_connections >= 1  # the burst's connections are still there, idle
             await burst()
-            assert {id(c) for c in pool.connections} == opened  # reused, none opened anew
+            assert pool.connections_opened == opened  # reused, none opened anew
             nursery.cancel_scope.cancel()
+
+
+async def test_kr8s_session_keeps_all_connections_alive(kube: Kube) -> None:
+    """kr8s's own session (``kube.api``, used by callers of kr8s) keeps every idle connection."""
+    async with kube.api.call_api("GET", version="", base="/version") as response:
+        assert response.status_code == 200
+    pool = kube.api._session._transport._pool
+    assert pool._max_keepalive_connections == pool._max_connections
+
+
+async def test_token_view_shares_the_pool_and_sends_its_token(kube: Kube) -> None:
+    token = await service_account_token(kube, "viewer")
+    view = kube.with_token(token)
+    pool = await kube._transport.pool()
+    before = pool.connections_opened
+    with pytest.raises(errors.Forbidden):
+        await view.get(PODS, "x", "default")  # the ServiceAccount has no RBAC grant
+    await kube.get(NAMESPACES, "default")  # the admin's own token still works
+    assert pool.connections_opened == before  # one shared, reused connection
+    await view.aclose()  # a view does not close the shared pool
+    await kube.get(NAMESPACES, "default")
+    assert not pool.closed
+
+
+async def test_kubeconfig_proxy_url_is_tunnelled(
+    apiserver: ApiServerHandle, tmp_path: Path
+) -> None:
+    """A kubeconfig ``proxy-url`` (with credentials) carries every request through CONNECT."""
+    config = yaml.safe_load(apiserver.kubeconfig_path.read_text())
+    async with connect_proxy() as proxy:
+        config["clusters"][0]["cluster"]["proxy-url"] = f"http://me:s%40cret@127.0.0.1:{proxy.port}"
+        path = tmp_path / "kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        kube = await connect(kubeconfig=path)
+        try:
+            await kube.get(NAMESPACES, "default")
+        finally:
+            await kube.aclose()
+        assert proxy.tunnels == [apiserver.url.removeprefix("https://")]
+        assert proxy.authorizations == ["Basic " + base64.b64encode(b"me:s@cret").decode()]
+
+
+async def test_https_proxy_environment_is_honoured_unless_no_proxy(
+    apiserver: ApiServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HTTPS_PROXY`` tunnels the requests (as kr8s's httpx session did); ``NO_PROXY`` exempts."""
+    async with connect_proxy() as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
+        for no_proxy, tunnelled in (("", 1), ("localhost,127.0.0.0/8", 0)):
+            monkeypatch.setenv("NO_PROXY", no_proxy)
+            proxy.tunnels.clear()
+            kube = await connect(kubeconfig=apiserver.kubeconfig_path)
+            try:
+                await kube.get(NAMESPACES, "default")
+            finally:
+                await kube.aclose()
+            assert len(proxy.tunnels) == tunnelled
+
+
+@pytest.mark.parametrize(
+    ("host", "no_proxy", "exempt"),
+    [
+        ("api.example.com", "", False),
+        ("api.example.com", "*", True),
+        ("api.example.com", "example.com", True),
+        ("api.example.com", ".example.com", True),
+        ("api.example.com", "other.com, example.org", False),
+        ("notexample.com", "example.com", False),
+        ("10.96.0.1", "10.0.0.0/8", True),
+        ("10.96.0.1", "10.96.0.1", True),
+        ("10.96.0.1", "192.168.0.0/16,example.com", False),
+        ("::1", "::1", True),
+    ],
+)
+def test_no_proxy_matching(host: str, no_proxy: str, exempt: bool) -> None:
+    from krt.kube.client import _no_proxy
+
+    assert _no_proxy(host, no_proxy) is exempt
+
+
+async def test_concurrent_first_requests_share_one_pool(
+    apiserver: ApiServerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    used: set[int] = set()
+    original = Http11Pool.request
+
+    async def spy(self: Http11Pool, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        used.add(id(self))
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Http11Pool, "request", spy)
+    kube = await connect(kubeconfig=apiserver.kubeconfig_path)
+    try:
+        await kube.aclose()  # the next requests build the pool again, all at once
+        used.clear()
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(kube.get, NAMESPACES, "default")
+        pool = await kube._transport.pool()
+        assert used == {id(pool)}  # one pool, which aclose() will close
+    finally:
+        await kube.aclose()
+    assert pool.closed

@@ -5,13 +5,23 @@ when there is none) and wraps it in :class:`Kube`, whose methods are thin typed 
 plain dicts: ``get``, ``list``, ``create``, ``replace``, ``replace_status``, ``patch``,
 ``delete``, ``watch``.
 
-Why raw REST through kr8s's ``Api.call_api`` and not kr8s's object layer: the object layer
-wraps every object in a class per call, re-reads objects after writes and its ``watch``
-restarts a 410 Gone watch from the same (expired) resourceVersion, drops BOOKMARKs and never
-re-lists. Controllers need exact resourceVersion handling (conditional PUTs, 409 on a stale
-read, bookmarks, 410 -> re-list), so this module speaks the REST protocol itself and keeps
-kr8s for what it does well: kubeconfig contexts, exec/token/cert auth, ServiceAccount
-files, TLS and its httpx session (which runs on trio through anyio).
+Why raw REST and not kr8s's object layer: the object layer wraps every object in a class per
+call, re-reads objects after writes and its ``watch`` restarts a 410 Gone watch from the same
+(expired) resourceVersion, drops BOOKMARKs and never re-lists. Controllers need exact
+resourceVersion handling (conditional PUTs, 409 on a stale read, bookmarks, 410 -> re-list),
+so this module speaks the REST protocol itself and keeps kr8s for what it does well:
+kubeconfig contexts, exec/token/cert auth, ServiceAccount files and the TLS context.
+
+Why the requests do not go through kr8s's httpx session (``Api.call_api``): every component
+pays this client's CPU per request on a 2-core budget (issues 6 and 8), and
+``bench/kube_client.py`` measured kr8s + httpx + httpcore at 2.2-2.7x the CPU of the same
+request over :mod:`krt.kube.http11` (prebuilt absolute targets and headers, one send per
+request, h11 parsing; 0.33-0.37 ms instead of 0.87-0.95 ms for a status PUT on loopback
+TLS). The
+pool is built from kr8s's own settings (server URL, ``ssl.SSLContext``, TLS server name),
+credentials are read from kr8s (``auth.token``) and reloaded through kr8s
+(``auth.reauthenticate()``) on a 401. kr8s's session stays available (:attr:`Kube.api`) for
+callers that use kr8s directly.
 
 Errors: every non-2xx answer raises the :mod:`krt.kube.errors` class for its Status;
 transport failures raise :class:`~krt.kube.errors.ConnectionFailed`. No method takes a
@@ -20,18 +30,25 @@ timeout: callers bound calls with ``trio.fail_after`` / ``trio.move_on_after``.
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import json
 import logging
 import os
+import ssl
+import urllib.request
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import httpx
-from kr8s import APITimeoutError, ServerError
+from kr8s import ServerError
 from kr8s.asyncio import Api
 
 from krt.kube.errors import ConnectionFailed, KubeError, error_from_status
+from krt.kube.http11 import Http11Pool, Origin, TransportError, check_header, parse_origin
 from krt.kube.interface import KubeClient, Obj, PatchType
 from krt.kube.resources import ResourceRef
 
@@ -60,6 +77,9 @@ DEFAULT_SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount
 DEFAULT_PAGE_SIZE = 500
 
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
+
+#: ``User-Agent`` of every request.
+USER_AGENT = "kruntimes-krt"
 
 
 class ConfigError(KubeError):
@@ -101,8 +121,19 @@ def keep_all_connections_alive(session: httpx.AsyncClient | None) -> bool:
     return True
 
 
+# One encoder and decoder for every request: json.dumps builds a new encoder per call when
+# given separators, and json.loads of bytes detects the encoding in Python first.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+_decode_text = json.JSONDecoder().decode
+
+
 def _dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    return _encode(obj).encode()
+
+
+def _loads(content: bytes) -> Any:
+    """Decode UTF-8 JSON (ValueError, including UnicodeDecodeError, when it is not)."""
+    return _decode_text(content.decode())
 
 
 def _decode(response: httpx.Response) -> object:
@@ -113,6 +144,129 @@ def _decode(response: httpx.Response) -> object:
         return json.loads(content)
     except ValueError:
         return response.text
+
+
+def _decode_body(content: bytes) -> object:
+    """Decode a response body: JSON, or the text of a non-JSON answer, or None if empty."""
+    if not content:
+        return None
+    try:
+        return _loads(content)
+    except ValueError:
+        return content.decode("utf-8", "replace")
+
+
+def _shown(line: bytes) -> str:
+    """The first 200 bytes of a watch line, as text for an error message."""
+    return line[:200].decode("utf-8", "replace")
+
+
+def _target(path: str, params: Mapping[str, str] | None) -> str:
+    return f"{path}?{urlencode(params, quote_via=quote)}" if params else path
+
+
+class _Transport:
+    """The HTTP/1.1 pool (:mod:`krt.kube.http11`) a :class:`Kube` and its token views share.
+
+    Built on first use from kr8s's configuration (server URL, TLS context, TLS server name)
+    and built again after :meth:`aclose`, as kr8s re-creates a closed session.
+    """
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+        self._pool: Http11Pool | None = None
+
+    async def pool(self) -> Http11Pool:
+        pool = self._pool
+        if pool is None or pool.closed:
+            fresh = await _open_pool(self.api)
+            pool = self._pool
+            if pool is None or pool.closed:  # no concurrent caller built one meanwhile
+                pool = self._pool = fresh
+        return pool
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+
+
+async def _open_pool(api: Any) -> Http11Pool:
+    """A pool to kr8s's server with kr8s's settings (CA, client certificate, SNI, proxy).
+
+    The proxy is the kubeconfig's ``proxy-url``, else ``HTTPS_PROXY``/``ALL_PROXY`` unless
+    ``NO_PROXY`` exempts the server (as kr8s's httpx session and client-go do).
+
+    Raises:
+        ConfigError: an unusable server or proxy address (only an ``http://`` proxy in front
+            of an ``https`` server is supported, tunnelled with ``CONNECT``).
+    """
+    auth = api.auth
+    try:
+        origin = parse_origin(str(auth.server))
+        proxy = proxy_authorization = None
+        proxy_url = getattr(auth, "proxy", None) or _environment_proxy(origin)
+        if proxy_url:
+            proxy = parse_origin(str(proxy_url))
+            proxy_authorization = _basic_authorization(str(proxy_url))
+        context: ssl.SSLContext | None = None
+        if origin.tls:
+            verify = await auth.ssl_context()
+            # kr8s answers True for "no CA/certificate configured": httpx's default context
+            # (certifi's trust store), which kr8s's httpx session used.
+            context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context()
+        return Http11Pool(
+            origin,
+            ssl_context=context,
+            server_hostname=auth.tls_server_name,
+            proxy=proxy,
+            proxy_authorization=proxy_authorization,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"API server or proxy address: {exc}") from exc
+
+
+def _environment_proxy(origin: Origin) -> str | None:
+    """``HTTPS_PROXY`` (or ``ALL_PROXY``) for an https server not exempted by ``NO_PROXY``."""
+    proxies = urllib.request.getproxies_environment()
+    url = proxies.get("https") or proxies.get("all")
+    if not url or not origin.tls:
+        return None
+    if _no_proxy(origin.host, proxies.get("no", "")):
+        return None
+    return url
+
+
+def _no_proxy(host: str, no_proxy: str) -> bool:
+    """Whether ``NO_PROXY`` exempts ``host``: ``*``, a domain suffix, an address or a CIDR."""
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry.strip("[]"), strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        domain = entry.lstrip(".").rsplit(":", 1)[0] if ":" in entry else entry.lstrip(".")
+        if host.lower() == domain or host.lower().endswith("." + domain):
+            return True
+    return False
+
+
+def _basic_authorization(url: str) -> str | None:
+    """``Basic ...`` from the ``user:password@`` of a proxy URL, or None."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return None
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
 
 
 def _metadata(obj: Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -137,11 +291,26 @@ class Kube:
     def __init__(self, api: Any, *, namespace: str) -> None:
         self._api = api
         self.namespace = namespace
-        self._auth_headers: dict[str, str] = {}
-        self._fixed_credentials = False
+        self._transport = _Transport(api)
+        self._fixed_token: str | None = None
         self._owns_session = True
+        self._headers_token: str | None = None
+        self._headers: list[tuple[str, str]] = []
+        self._json_headers: list[tuple[str, str]] = []
         #: Number of API requests sent (for tests and metrics).
         self.requests = 0
+
+    def _request_headers(self) -> list[tuple[str, str]]:
+        """Headers for a body-less request (rebuilt only when the token changes)."""
+        token = self._fixed_token if self._fixed_token is not None else self._api.auth.token
+        if token != self._headers_token or not self._headers:
+            headers = [("Accept", "application/json"), ("User-Agent", USER_AGENT)]
+            if token:
+                headers.append(check_header("Authorization", f"Bearer {token}"))
+            self._headers = headers
+            self._json_headers = [*headers, ("Content-Type", "application/json")]
+            self._headers_token = token
+        return self._headers
 
     @property
     def api(self) -> Any:
@@ -177,15 +346,19 @@ class Kube:
                 "would ignore a bearer token on the same connection"
             )
         view = Kube(self._api, namespace=self.namespace)
-        view._auth_headers = {"Authorization": f"Bearer {token}"}
-        view._fixed_credentials = True
+        view._transport = self._transport
+        view._fixed_token = token
         view._owns_session = False
         return view
 
     async def aclose(self) -> None:
-        """Close the HTTP session (idempotent; a no-op on :meth:`with_token` views)."""
+        """Close the HTTP connections (idempotent; a no-op on :meth:`with_token` views).
+
+        A later request opens new connections.
+        """
         if not self._owns_session:
             return
+        await self._transport.aclose()
         session = getattr(self._api, "_session", None)
         if session is not None and not session.is_closed:
             await session.aclose()
@@ -230,41 +403,32 @@ class Kube:
             ConnectionFailed: the server could not be reached.
             ValueError: an invalid address.
         """
-        ns, url = ref.url_parts(namespace, name, subresource)
-        kwargs: dict[str, Any] = {}
-        if params:
-            kwargs["params"] = params
-        if body is not None:
-            kwargs["content"] = _dumps(body)
-        headers = dict(self._auth_headers)
-        if content_type is not None:
-            headers["content-type"] = content_type
+        target = _target(ref.path(namespace, name, subresource), params)
+        data = _dumps(body) if body is not None else None
+        return await self._send(method, target, data, content_type)
+
+    async def _send(
+        self, method: str, target: str, data: bytes | None, content_type: str | None = None
+    ) -> Any:
+        """Send ``data`` to ``target`` (path and query); reload credentials once on a 401."""
         reauthenticated = False
         while True:
-            if headers:
-                kwargs["headers"] = headers
+            headers = self._request_headers()
+            if content_type is not None:
+                headers = [*headers, check_header("Content-Type", content_type)]
+            elif data is not None:
+                headers = self._json_headers
             self.requests += 1
             try:
-                async with self._api.call_api(
-                    method,
-                    version=ref.api_version,
-                    base=ref.base,
-                    namespace=ns,
-                    url=url,
-                    raise_for_status=False,
-                    **kwargs,
-                ) as response:
-                    status = response.status_code
-                    payload = _decode(response)
-            except (httpx.TransportError, OSError, APITimeoutError) as exc:
-                # kr8s wraps httpx timeouts (if a caller set one on the session) in its own
-                # APITimeoutError; everything else is httpx's or the socket's.
-                raise ConnectionFailed(f"{method} {ref.path(ns, None)}: {exc!r}") from exc
-            if status == 401 and not reauthenticated and not self._fixed_credentials:
+                pool = await self._transport.pool()
+                status, content = await pool.request(method, target, headers, data)
+            except TransportError as exc:
+                raise ConnectionFailed(f"{method} {target}: {exc}") from exc
+            if status == 401 and not reauthenticated and self._fixed_token is None:
                 reauthenticated = True
                 await self._reauthenticate()
-                headers.update(self._auth_headers)
                 continue
+            payload = _decode_body(content)
             if status >= 400:
                 raise error_from_status(status, payload)
             return payload
@@ -273,9 +437,6 @@ class Kube:
         """Reload credentials (a rotated ServiceAccount token, a refreshed exec token)."""
         log.info("401 from the API server: reloading credentials")
         await self._api.auth.reauthenticate()
-        token = self._api.auth.token
-        if token:
-            self._auth_headers = {"Authorization": f"Bearer {token}"}
 
     # -- verbs ---------------------------------------------------------------------------
 
@@ -554,7 +715,7 @@ class Kube:
             ApiError: other error answers or ERROR events.
             ConnectionFailed: the stream broke or carried a line that is not a JSON event.
         """
-        ns, url = ref.url_parts(namespace, None, None)
+        path = ref.path(namespace)
         params: dict[str, str] = {"watch": "1"}
         if resource_version:
             params["resourceVersion"] = resource_version
@@ -566,48 +727,40 @@ class Kube:
             params["fieldSelector"] = field_selector
         if timeout_seconds is not None:
             params["timeoutSeconds"] = str(int(timeout_seconds))
-        kwargs: dict[str, Any] = {"params": params}
-        if self._auth_headers:
-            kwargs["headers"] = dict(self._auth_headers)
+        target = _target(path, params)
+        headers = self._request_headers()
         self.requests += 1
         try:
-            async with self._api.call_api(
-                "GET",
-                version=ref.api_version,
-                base=ref.base,
-                namespace=ns,
-                url=url,
-                raise_for_status=False,
-                stream=True,
-                **kwargs,
-            ) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    if response.status_code == 401 and not self._fixed_credentials:
+            pool = await self._transport.pool()
+            async with pool.stream("GET", target, headers) as response:
+                if response.status >= 400:
+                    payload = _decode_body(await response.read())
+                    if response.status == 401 and self._fixed_token is None:
                         await self._reauthenticate()
-                    raise error_from_status(response.status_code, _decode(response))
-                async for line in response.aiter_lines():
-                    if not line.strip():
-                        continue
-                    try:
-                        event = json.loads(line)
-                    except ValueError as exc:
-                        raise ConnectionFailed(
-                            f"watch {ref}: undecodable line {line[:200]!r}"
-                        ) from exc
-                    if not isinstance(event, dict):
-                        raise ConnectionFailed(f"watch {ref}: not an event: {line[:200]!r}")
-                    kind = event.get("type")
-                    obj = event.get("object")
-                    if kind == "ERROR":
-                        code = obj.get("code", 500) if isinstance(obj, Mapping) else 500
-                        raise error_from_status(int(code), obj)
-                    if kind not in WATCH_EVENT_TYPES or not isinstance(obj, dict):
-                        log.warning("watch %s: ignoring malformed event %.200r", ref, line)
-                        continue
-                    yield kind, obj
-        except (httpx.TransportError, OSError) as exc:
-            raise ConnectionFailed(f"watch {ref}: {exc!r}") from exc
+                    raise error_from_status(response.status, payload)
+                async with aclosing(response.iter_lines()) as lines:
+                    async for line in lines:
+                        if not line.strip():
+                            continue
+                        try:
+                            event = _loads(line)
+                        except ValueError as exc:
+                            raise ConnectionFailed(
+                                f"watch {ref}: undecodable line {_shown(line)!r}"
+                            ) from exc
+                        if type(event) is not dict:
+                            raise ConnectionFailed(f"watch {ref}: not an event: {_shown(line)!r}")
+                        kind = event.get("type")
+                        obj = event.get("object")
+                        if kind == "ERROR":
+                            code = obj.get("code", 500) if isinstance(obj, Mapping) else 500
+                            raise error_from_status(int(code), obj)
+                        if kind not in WATCH_EVENT_TYPES or type(obj) is not dict:
+                            log.warning("watch %s: ignoring malformed event %r", ref, _shown(line))
+                            continue
+                        yield kind, obj
+        except TransportError as exc:
+            raise ConnectionFailed(f"watch {ref}: {exc}") from exc
 
 
 def _in_cluster_namespace(serviceaccount_dir: Path) -> str | None:
@@ -678,24 +831,29 @@ async def connect(
     # calls in one thread (tests, CLI commands) would share an httpx session bound to a
     # finished event loop.
     api = _Api(bypass_factory=True, context=context, namespace=namespace, **kwargs)
+    kube = Kube(api, namespace="default")
     try:
         try:
-            await api
+            await api.auth  # kubeconfig or ServiceAccount files, exec plugins
+            # /version through the client's own pool (it stays open for the next request)
+            await kube._send("GET", "/version", None)
         except BaseException:
-            await Kube(api, namespace="default").aclose()  # no half-open session left behind
+            await kube.aclose()  # no half-open connection left behind
             raise
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     except (httpx.TransportError, OSError) as exc:
         raise ConnectionFailed(f"cannot reach the API server: {exc!r}") from exc
     except ServerError as exc:
-        # kr8s raises its ServerError (with the httpx response) when /version fails.
+        # kr8s raises its ServerError (with the httpx response) when an exec plugin or
+        # token request fails while loading credentials.
         response = getattr(exc, "response", None)
         if isinstance(response, httpx.Response):
             raise error_from_status(response.status_code, _decode(response)) from exc
-        raise ConnectionFailed(f"the API server failed /version: {exc}") from exc
-    resolved = namespace or sa_namespace or api.auth.namespace or "default"
-    return Kube(api, namespace=resolved)
+        raise ConnectionFailed(f"the API server failed: {exc}") from exc
+    kube.namespace = namespace or sa_namespace or api.auth.namespace or "default"
+    kube.requests = 0  # count the caller's requests only
+    return kube
 
 
 if TYPE_CHECKING:
