@@ -132,6 +132,12 @@ def test_wire_round_trip() -> None:
         ([{"type": "Ready", "status": "Yes", "lastTransitionTime": "2026-11-29T08:00:00Z"}],
          "status.conditions[0].status"),
         ([{"type": "Ready", "status": "True"}], "status.conditions[0]"),
+        # an invalid status is reported before a missing lastTransitionTime
+        ([{"type": "Ready", "status": "Yes"}], "status.conditions[0].status"),
+        ([{"type": "Ready", "status": ["True"], "lastTransitionTime": "2026-11-29T08:00:00Z"}],
+         "status.conditions[0].status"),
+        ([{"type": "Ready", "lastTransitionTime": "2026-11-29T08:00:00Z"}],
+         "status.conditions[0]"),
         ([{"type": "Ready", "status": "True", "lastTransitionTime": "yesterday"}],
          "status.conditions[0].lastTransitionTime"),
     ],
@@ -140,3 +146,18 @@ def test_parse_errors_name_the_field(raw: object, field: str) -> None:
     with pytest.raises(InvalidObjectError) as caught:
         parse_conditions(raw)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"type": "Ready"}, "condition lacks 'status'"),
+        ({"status": "True"}, "condition lacks 'type'"),
+        ({"type": "Ready", "status": "True"}, "condition lacks 'lastTransitionTime'"),
+        ({"type": "Ready", "status": "Yes"}, "must be True, False or Unknown, got 'Yes'"),
+        ({"type": "Ready", "status": 1}, "must be True, False or Unknown, got 1"),
+    ],
+)
+def test_parse_error_messages(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidObjectError, match=message):
+        parse_conditions([raw])

@@ -59,3 +59,28 @@ def test_time_errors() -> None:
     assert caught.value.field == "status.startTime"
     with pytest.raises(InvalidObjectError, match="not an RFC 3339 timestamp"):
         parse_time("yesterday")
+
+
+def test_time_format_matches_strftime_for_any_year() -> None:
+    """The isoformat fast path writes what strftime did (years < 1000 keep strftime's form)."""
+    for moment in (
+        datetime(2026, 11, 29, 8, 0, 1, 5, tzinfo=UTC),
+        datetime(1000, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(999, 5, 6, 7, 8, 9, 10, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1))),
+    ):
+        expected = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert format_time(moment) == expected
+
+
+def test_parse_time_repeats_are_equal_and_errors_are_not_remembered() -> None:
+    first = parse_time("2026-11-29T09:00:00.5+01:00")
+    assert parse_time("2026-11-29T09:00:00.5+01:00") == first
+    assert first.tzinfo is UTC
+    for _ in range(2):  # a failure is raised again, with the field of each call
+        with pytest.raises(InvalidObjectError, match="lacks a time zone") as caught:
+            parse_time("2026-11-29T08:00:00", field=f"f{_}")
+        assert caught.value.field == f"f{_}"
+    with pytest.raises(InvalidObjectError, match="not an RFC 3339 timestamp"):
+        parse_time(["2026-11-29T08:00:00Z"])  # type: ignore[arg-type]

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from krt.controlplane.podstate import (
+    heartbeat_deadline,
     heartbeat_expires_in,
     pod_is_ready,
     pod_name_of_heartbeat_lease,
     pod_state,
     ready_endpoint_pod_uids,
 )
+from krt.kube.heartbeat import heartbeat_fresh
 
 from .builders import NOW, lease_dict, pod_dict
 
@@ -79,3 +81,30 @@ def test_pod_name_of_heartbeat_lease() -> None:
     assert pod_name_of_heartbeat_lease("runtimed-runtime-python-abc") == "runtime-python-abc"
     assert pod_name_of_heartbeat_lease("krt-controlplane") is None
     assert pod_name_of_heartbeat_lease("runtimed-") is None
+
+
+@pytest.mark.parametrize(
+    "lease",
+    [
+        lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=39)),
+        lease_dict("p", holder="uid-p", renewed=NOW - timedelta(seconds=40, microseconds=1)),
+        lease_dict("p", holder="uid-p", renewed=NOW + timedelta(seconds=5), duration=1),
+        lease_dict("p", holder="old-uid", renewed=NOW),
+        lease_dict("p", holder="uid-p", renewed=None),
+        lease_dict("p", holder="uid-p", renewed=NOW, duration=None),
+        lease_dict("p", holder="uid-p", renewed=NOW, duration=0),
+        {"spec": {"holderIdentity": "uid-p", "renewTime": "soon", "leaseDurationSeconds": 4}},
+        {"spec": {"holderIdentity": "uid-p", "renewTime": "x", "leaseDurationSeconds": True}},
+        {"spec": "broken"},
+        None,
+    ],
+)
+def test_heartbeat_deadline_agrees_with_freshness_at_every_instant(
+    lease: dict[str, Any] | None,
+) -> None:
+    """Caches judge a Lease by its deadline; that must be heartbeat_fresh at any time."""
+    deadline = heartbeat_deadline(lease, "uid-p")
+    for offset in (-100.0, -40.0, -39.000001, -1.0, 0.0, 0.5, 1.0, 5.0, 6.0, 100.0):
+        now = NOW.timestamp() + offset
+        fresh = lease is not None and heartbeat_fresh(lease, "uid-p", now)
+        assert (deadline is not None and deadline > now) == fresh, offset

@@ -17,8 +17,8 @@ from krt.api.times import parse_time
 
 def mapping(data: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any] | None:
     value = data.get(key)
-    if value is None:
-        return None
+    if value is None or type(value) is dict:  # the common case, without the ABC check
+        return value
     if not isinstance(value, Mapping):
         raise InvalidObjectError(f"{path}{key}", f"must be an object, got {type(value).__name__}")
     return value

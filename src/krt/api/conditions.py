@@ -15,11 +15,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from krt.api._build import builder
 from krt.api.constants import ConditionStatus
 from krt.api.errors import InvalidObjectError
 from krt.api.limits import MAX_MESSAGE_CHARS
 from krt.api.patches import StatusPatch
 from krt.api.times import format_time, parse_time
+
+_STATUSES: dict[str, ConditionStatus] = {status.value: status for status in ConditionStatus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,24 +54,27 @@ class Condition:
         """
         try:
             ctype = data["type"]
-            status = ConditionStatus(data["status"])
-            transition = data["lastTransitionTime"]
+            raw_status = data["status"]
         except KeyError as missing:
             raise InvalidObjectError(field, f"condition lacks {missing.args[0]!r}") from None
-        except ValueError:
+        status = _STATUSES.get(raw_status) if isinstance(raw_status, str) else None
+        if status is None:
             raise InvalidObjectError(
                 f"{field}.status", f"must be True, False or Unknown, got {data.get('status')!r}"
-            ) from None
+            )
+        if "lastTransitionTime" not in data:
+            raise InvalidObjectError(field, "condition lacks 'lastTransitionTime'")
+        transition = data["lastTransitionTime"]
         if not isinstance(ctype, str) or not isinstance(transition, str):
             raise InvalidObjectError(field, "type and lastTransitionTime must be strings")
         generation = data.get("observedGeneration")
-        return cls(
-            type=ctype,
-            status=status,
-            reason=str(data.get("reason", "")),
-            message=str(data.get("message", "")),
-            last_transition_time=parse_time(transition, field=f"{field}.lastTransitionTime"),
-            observed_generation=generation if isinstance(generation, int) else None,
+        return _new_condition(
+            ctype,
+            status,
+            str(data.get("reason", "")),
+            str(data.get("message", "")),
+            parse_time(transition, field=f"{field}.lastTransitionTime"),
+            generation if isinstance(generation, int) else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,6 +90,10 @@ class Condition:
         if self.observed_generation is not None:
             data["observedGeneration"] = self.observed_generation
         return data
+
+
+# Positional constructor in field order (see krt.api._build: the parsers' hot path).
+_new_condition = builder(Condition)
 
 
 def bound_message(text: str, *, limit: int = MAX_MESSAGE_CHARS) -> str:

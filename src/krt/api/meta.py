@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from krt.api import _fields
+from krt.api._build import builder
 from krt.api.times import format_time
 
 
@@ -59,18 +60,18 @@ class ObjectMeta:
             InvalidObjectError: ``name`` is missing or a field has the wrong type.
         """
         path = "metadata."
-        return cls(
-            name=_fields.string(data, "name", path) or "",
-            namespace=_fields.string(data, "namespace", path) or "",
-            uid=_fields.string(data, "uid", path) or "",
-            resource_version=_fields.string(data, "resourceVersion", path) or "",
-            generation=_fields.integer(data, "generation", path) or 0,
-            creation_timestamp=_fields.timestamp(data, "creationTimestamp", path),
-            deletion_timestamp=_fields.timestamp(data, "deletionTimestamp", path),
-            finalizers=_fields.string_list(data, "finalizers", path),
-            labels=_fields.string_map(data, "labels", path) or {},
-            annotations=_fields.string_map(data, "annotations", path) or {},
-            raw=data,
+        return _new_meta(
+            _fields.string(data, "name", path) or "",
+            _fields.string(data, "namespace", path) or "",
+            _fields.string(data, "uid", path) or "",
+            _fields.string(data, "resourceVersion", path) or "",
+            _fields.integer(data, "generation", path) or 0,
+            _fields.timestamp(data, "creationTimestamp", path),
+            _fields.timestamp(data, "deletionTimestamp", path),
+            _fields.string_list(data, "finalizers", path),
+            _fields.string_map(data, "labels", path) or {},
+            _fields.string_map(data, "annotations", path) or {},
+            data,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,3 +107,7 @@ class ObjectMeta:
         else:
             data.pop("finalizers", None)
         return data
+
+
+# Positional constructor in field order (see krt.api._build: the parsers' hot path).
+_new_meta = builder(ObjectMeta)

@@ -29,6 +29,7 @@ class Phase(StrEnum):
     CANCELLED = "Cancelled"
 
 
+_PHASES: Final[dict[str, Phase]] = {phase.value: phase for phase in Phase}
 TERMINAL_PHASES: Final = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.TIMEOUT, Phase.CANCELLED})
 ACTIVE_PHASES: Final = frozenset({Phase.SCHEDULED, Phase.RUNNING, Phase.READY})
 
@@ -47,12 +48,12 @@ def phase_of(value: str | None) -> Phase:
     """
     if not value:
         return Phase.PENDING
-    try:
-        return Phase(value)
-    except ValueError:
+    phase = _PHASES.get(value) if isinstance(value, str) else None
+    if phase is None:
         raise ValueError(
             f"status.phase: unknown phase {value!r} (expected one of {', '.join(Phase)})"
-        ) from None
+        )
+    return phase
 
 
 def is_terminal(phase: Phase) -> bool:

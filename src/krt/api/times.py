@@ -11,6 +11,7 @@ clock, see DESIGN.md "Concurrency shape"), so every decision built on these is p
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 from krt.api.errors import InvalidObjectError
@@ -30,7 +31,10 @@ def format_time(moment: datetime) -> str:
     """
     if moment.tzinfo is None:
         raise ValueError("timestamps must be timezone-aware (got a naive datetime)")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = moment.astimezone(UTC)
+    if utc.year >= 1000:  # isoformat pads years to 4 digits; strftime's %Y does not
+        return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(text: str, *, field: str = "") -> datetime:
@@ -47,9 +51,22 @@ def parse_time(text: str, *, field: str = "") -> datetime:
         InvalidObjectError: ``text`` is not an RFC 3339 timestamp with a zone.
     """
     try:
-        parsed = datetime.fromisoformat(text)
+        return _utc_instant(text)
     except (TypeError, ValueError):
         raise InvalidObjectError(field, f"not an RFC 3339 timestamp: {text!r}") from None
+    except _NoZoneError:
+        raise InvalidObjectError(field, f"timestamp lacks a time zone: {text!r}") from None
+
+
+class _NoZoneError(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_instant(text: str) -> datetime:
+    # Objects repeat the same few timestamps in every version (creation, transitions, start),
+    # and datetimes are immutable: parse each text once. Failures are not cached.
+    parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
-        raise InvalidObjectError(field, f"timestamp lacks a time zone: {text!r}")
+        raise _NoZoneError
     return parsed.astimezone(UTC)

@@ -2,12 +2,13 @@
 
 One informer per resource type (per watched namespace, or one for all namespaces) feeds every
 loop: the scheduler, the reaper, the GC and the Runtime controller read the same caches and
-register their handlers on them. Runs are parsed once per version (:meth:`Caches.run`), so a
-scheduling cycle does not re-parse every Run it counts.
+register their handlers on them. Runs are parsed once per version and indexed by Runtime,
+assigned Pod UID and Pending state (:class:`~krt.controlplane.run_index.RunIndex`, fed by
+the first Run handler), so no event costs a scan of every Run. Runtimes are parsed once per
+version too.
 
-Indexes (see :data:`RUNS_BY_RUNTIME`, ...) answer the questions the loops ask on every event:
-which Runs belong to a Runtime, which Runs are assigned to a Pod UID, which Pods belong to a
-Runtime, which EndpointSlices belong to a Service.
+Informer indexes (see :data:`PODS_BY_RUNTIME`, ...) answer the other questions the loops ask
+on every event: which Pods belong to a Runtime, which EndpointSlices belong to a Service.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from krt.api.run import Run
 from krt.api.runtime import Runtime
 from krt.controlplane.podstate import (
     PodState,
+    heartbeat_deadline,
     heartbeat_expires_in,
     pod_state,
     ready_endpoint_pod_uids,
 )
+from krt.controlplane.run_index import RunIndex, RunKey, runtime_key
 from krt.kube.client import Kube, Obj
 from krt.kube.heartbeat import heartbeat_lease_name
 from krt.kube.informer import EventType, Handler, IndexFunc, Informer, InformerEvent
@@ -49,10 +52,15 @@ from krt.kube.resources import (
 
 log = logging.getLogger(__name__)
 
-RUNS_BY_RUNTIME = "runtime"
-"""Run index: ``namespace/spec.runtime``."""
-RUNS_BY_POD_UID = "pod-uid"
-"""Run index: ``status.assignedPodUID``."""
+__all__ = [
+    "PODS_BY_RUNTIME",
+    "SLICES_BY_SERVICE",
+    "Caches",
+    "InformerSet",
+    "RunKey",
+    "runtime_key",
+]
+
 PODS_BY_RUNTIME = "runtime"
 """Pod index: ``namespace/<kruntimes.io/runtime label>``."""
 SLICES_BY_SERVICE = "service"
@@ -60,24 +68,9 @@ SLICES_BY_SERVICE = "service"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
-def runtime_key(namespace: str, runtime: str) -> str:
-    """``namespace/runtime``: the key of a Runtime and of its Runs and Pods in the indexes."""
-    return f"{namespace}/{runtime}"
-
-
 def _meta(obj: Obj) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
-
-
-def _run_runtime(obj: Obj) -> Iterable[str]:
-    runtime = (obj.get("spec") or {}).get("runtime")
-    return [runtime_key(str(_meta(obj).get("namespace", "")), str(runtime))] if runtime else []
-
-
-def _run_pod_uid(obj: Obj) -> Iterable[str]:
-    uid = (obj.get("status") or {}).get("assignedPodUID")
-    return [str(uid)] if uid else []
 
 
 def _pod_runtime(obj: Obj) -> Iterable[str]:
@@ -203,12 +196,15 @@ class Caches:
         )
         self.roles = InformerSet(kube, ROLES, namespaces, label_selector=managed)
         self.role_bindings = InformerSet(kube, ROLEBINDINGS, namespaces, label_selector=managed)
-        self.runs.add_index(RUNS_BY_RUNTIME, _run_runtime)
-        self.runs.add_index(RUNS_BY_POD_UID, _run_pod_uid)
         self.pods.add_index(PODS_BY_RUNTIME, _pod_runtime)
         self.slices.add_index(SLICES_BY_SERVICE, _slice_service)
-        self._parsed: dict[tuple[str, str], tuple[Obj, Run]] = {}
-        self.runs.add_handler(self._forget_deleted)
+        #: The parsed, indexed Runs; updated before any other Run handler sees an event.
+        self.run_index = RunIndex()
+        self.runs.add_handler(self._index_run)
+        self._runtimes_parsed: dict[tuple[str, str], tuple[Obj, Runtime | None]] = {}
+        self.runtimes.add_handler(self._forget_runtime)
+        self._pod_states: dict[tuple[str, str], tuple[Obj, Obj | None, PodState, float | None]] = {}
+        self.pods.add_handler(self._forget_pod)
 
     @property
     def all_sets(self) -> list[InformerSet]:
@@ -235,71 +231,105 @@ class Caches:
 
     # -- typed reads -----------------------------------------------------------------------
 
+    def _index_run(self, event: InformerEvent) -> None:
+        meta = _meta(event.obj)
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if event.type is EventType.DELETED:
+            self.run_index.remove(key)
+        else:
+            self.run_index.upsert(key, event.obj)
+
+    def _forget_runtime(self, event: InformerEvent) -> None:
+        if event.type is EventType.DELETED:
+            meta = _meta(event.obj)
+            self._runtimes_parsed.pop(
+                (str(meta.get("namespace", "")), str(meta.get("name", ""))), None
+            )
+
     def parse_run(self, obj: Obj) -> Run | None:
         """Parse a Run dict; ``None`` (and a warning) if malformed.
 
-        The parse of the object the Runs informer currently caches is kept until that
-        object changes, so the scheduler's usage sums do not re-parse every Run; any other
-        dict (an event's old version, a fresh read) is parsed without being kept.
+        The cached version of a Run, and the version its latest event replaced, were parsed
+        once when the informer delivered them; those parses are returned as they are. Any
+        other dict (a fresh read) is parsed on the spot.
         """
         meta = _meta(obj)
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        current = self.runs.get(*key) is obj
-        cached = self._parsed.get(key)
-        if current and cached is not None and cached[0] is obj:
-            return cached[1]
+        found, run = self.run_index.parsed(key, obj)
+        if found:
+            return run
         try:
-            run = Run.from_dict(obj)
+            return Run.from_dict(obj)
         except ApiError as exc:
             log.warning("ignoring malformed Run %s/%s: %s", key[0], key[1], exc)
             return None
-        if current:
-            self._parsed[key] = (obj, run)
-        return run
-
-    def _forget_deleted(self, event: InformerEvent) -> None:
-        if event.type is EventType.DELETED:
-            meta = _meta(event.obj)
-            self._parsed.pop((str(meta.get("namespace", "")), str(meta.get("name", ""))), None)
 
     def get_run(self, namespace: str, name: str) -> Run | None:
         """The cached Run, parsed, or ``None``."""
-        obj = self.runs.get(namespace, name)
-        return self.parse_run(obj) if obj is not None else None
+        return self.run_index.get((namespace, name))
 
     def runs_of_runtime(self, namespace: str, runtime: str) -> list[Run]:
         """The cached Runs (parsed) naming ``runtime`` in ``namespace``."""
-        parsed = (
-            self.parse_run(obj)
-            for obj in self.runs.by_index(RUNS_BY_RUNTIME, runtime_key(namespace, runtime))
-        )
-        return [run for run in parsed if run is not None]
+        return self.run_index.of_runtime(namespace, runtime)
+
+    def pending_runs_of_runtime(self, namespace: str, runtime: str) -> list[Run]:
+        """The cached Pending (not deleting) Runs of a Runtime, oldest first."""
+        return self.run_index.pending_of_runtime(namespace, runtime)
 
     def runs_on_pod(self, pod_uid: str) -> list[Run]:
         """The cached Runs (parsed) whose ``assignedPodUID`` is ``pod_uid``."""
-        parsed = (self.parse_run(obj) for obj in self.runs.by_index(RUNS_BY_POD_UID, pod_uid))
-        return [run for run in parsed if run is not None]
+        return self.run_index.on_pod(pod_uid)
 
     def get_runtime(self, namespace: str, name: str) -> Runtime | None:
         """The cached Runtime, parsed, or ``None`` (also when malformed)."""
         obj = self.runtimes.get(namespace, name)
         if obj is None:
             return None
+        kept = self._runtimes_parsed.get((namespace, name))
+        if kept is not None and kept[0] is obj:
+            return kept[1]
         try:
-            return Runtime.from_dict(obj)
+            runtime: Runtime | None = Runtime.from_dict(obj)
         except ApiError as exc:
             log.warning("ignoring malformed Runtime %s/%s: %s", namespace, name, exc)
-            return None
+            runtime = None
+        self._runtimes_parsed[(namespace, name)] = (obj, runtime)
+        return runtime
 
     def lease_of_pod(self, namespace: str, pod_name: str) -> Obj | None:
         """runtimed's heartbeat Lease of a Pod, or ``None``."""
         return self.leases.get(namespace, heartbeat_lease_name(pod_name))
 
     def pod_state(self, obj: Obj) -> PodState:
-        """A cached Pod as :class:`PodState`, heartbeat judged now."""
+        """A cached Pod as :class:`PodState`, heartbeat judged now.
+
+        The Pod's fields and its heartbeat deadline are read once per (Pod, Lease) version;
+        only the comparison with the current time is made on every call.
+        """
         meta = _meta(obj)
-        lease = self.lease_of_pod(str(meta.get("namespace", "")), str(meta.get("name", "")))
-        return pod_state(obj, lease=lease, now=self.now())
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        lease = self.lease_of_pod(namespace, name)
+        kept = self._pod_states.get((namespace, name))
+        if kept is None or kept[0] is not obj or kept[1] is not lease:
+            state = pod_state(obj, lease=None, now=self.now())
+            kept = (obj, lease, state, heartbeat_deadline(lease, state.uid))
+            self._pod_states[(namespace, name)] = kept
+        _, _, state, deadline = kept
+        fresh = deadline is not None and deadline > self.now().timestamp()
+        return PodState(
+            name=state.name,
+            uid=state.uid,
+            namespace=state.namespace,
+            runtime=state.runtime,
+            ready=state.ready,
+            deleting=state.deleting,
+            heartbeat_fresh=fresh,
+        )
+
+    def _forget_pod(self, event: InformerEvent) -> None:
+        if event.type is EventType.DELETED:
+            meta = _meta(event.obj)
+            self._pod_states.pop((str(meta.get("namespace", "")), str(meta.get("name", ""))), None)
 
     def pods_of_runtime(self, namespace: str, runtime: str) -> list[PodState]:
         """The Runtime's Pods as :class:`PodState` (heartbeats judged now)."""

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import trio
 
 from krt.api.phases import gc_deadline
 from krt.controlplane.caches import Caches
 from krt.controlplane.metrics import ControlPlaneMetrics
-from krt.kube.client import Kube
+from krt.kube.client import Kube, Obj
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.informer import EventType, InformerEvent, object_key
 from krt.kube.resources import RUNS
@@ -51,8 +49,8 @@ class CompletedRunGC:
         caches.runs.add_handler(self._on_run)
         metrics.track_queue("gc", lambda: len(self.queue))
 
-    def _arm(self, obj: Mapping[str, Any]) -> None:
-        run = self._caches.parse_run(dict(obj))
+    def _arm(self, obj: Obj) -> None:
+        run = self._caches.parse_run(obj)
         if run is None or run.metadata.is_deleting:
             return
         deadline = gc_deadline(

@@ -10,6 +10,7 @@ docs/design-notes.md: ``renewTime + leaseDurationSeconds`` in the future and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,7 +52,9 @@ class PodState:
 def pod_is_ready(pod: Mapping[str, Any]) -> bool:
     """True when the Pod's ``status.conditions`` has ``Ready`` = ``"True"``."""
     for condition in pod.get("status", {}).get("conditions", None) or []:
-        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+        if (type(condition) is dict or isinstance(condition, Mapping)) and condition.get(
+            "type"
+        ) == "Ready":
             return condition.get("status") == "True"
     return False
 
@@ -77,6 +80,19 @@ def pod_state(
         deleting=meta.get("deletionTimestamp") is not None,
         heartbeat_fresh=lease is not None and heartbeat_fresh(lease, uid, now.timestamp()),
     )
+
+
+def heartbeat_deadline(lease: Mapping[str, Any] | None, pod_uid: str) -> float | None:
+    """Until when ``lease`` proves Pod ``pod_uid``'s runtimed alive (seconds since the epoch).
+
+    ``None`` when it never does (absent, malformed, held by another UID).
+    ``heartbeat_fresh(lease, pod_uid, now)`` is exactly ``deadline is not None and deadline >
+    now``; callers that judge the same Lease at many instants compute this once.
+    """
+    if lease is None or not heartbeat_fresh(lease, pod_uid, -math.inf):
+        return None
+    spec = lease["spec"]
+    return float(parse_time(str(spec["renewTime"])).timestamp() + spec["leaseDurationSeconds"])
 
 
 def heartbeat_expires_in(

@@ -16,7 +16,16 @@ Wake-ups: a Run is queued when it is (or becomes) Pending; all Pending Runs of a
 queued at once when capacity is released there (a Run holding capacity becomes terminal, is
 unassigned or is deleted), when one of its Pods becomes schedulable, or when the Runtime
 changes. The Runs informer's periodic RESYNC re-queues every Pending Run as a fallback.
-Pending Runs are queued oldest first.
+
+First come, first bound: Pending Runs are queued oldest first (the watch delivers creations
+in order; a wake-up queues a Runtime's Pending Runs by creation time, then arrival), the
+queue is FIFO with one scheduling worker, and status writes start in decision order on
+:data:`MAX_CONCURRENT_BINDS` writers (:class:`~krt.controlplane.fifo_writers.FifoWriters`).
+
+Cost per Run event is O(1) in the number of Runs: the Pending Runs of a Runtime come from
+the cache's index (:class:`~krt.controlplane.run_index.RunIndex`), and per-Pod usage is a
+:class:`~krt.controlplane.capacity.CapacityLedger` that the handlers recount one Run at a
+time (its cached version, or this process's assumption while a bind is in flight).
 """
 
 from __future__ import annotations
@@ -31,10 +40,16 @@ import trio
 from krt.api.constants import Reason
 from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase
-from krt.api.resources import add
 from krt.api.run import Run
 from krt.controlplane.caches import Caches, runtime_key
-from krt.controlplane.capacity import AssumedBinds, Assumption, capacity_holder, usage_by_pod
+from krt.controlplane.capacity import (
+    AssumedBinds,
+    Assumption,
+    CapacityLedger,
+    capacity_holder,
+    counted_requests,
+)
+from krt.controlplane.fifo_writers import FifoWriters
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.controlplane.scheduling import (
@@ -57,8 +72,11 @@ from krt.kube.workqueue import Requeue, WorkQueue
 log = logging.getLogger(__name__)
 
 RunKey = tuple[str, str]
-#: Binds in flight at once (each is one HTTP request).
-MAX_CONCURRENT_BINDS = 16
+#: Status writes (binds, cancels, FailedScheduling) in flight at once. Each is one HTTP/1.1
+#: request holding one keep-alive connection; a few cover the API server's round trip, more
+#: only open more connections (was 16: no faster on localkube, measured with
+#: bench/task_runs.py).
+MAX_CONCURRENT_BINDS = 8
 
 
 class Scheduler:
@@ -85,11 +103,11 @@ class Scheduler:
         self._recorder = recorder
         self.queue: WorkQueue[RunKey] = WorkQueue("scheduler")
         self.assumed = AssumedBinds()
-        self._usage: dict[str, dict[str, dict[str, int]]] = {}
+        #: Per-Pod usage of each Runtime (``namespace/runtime``), kept current by the handlers.
+        self.ledger = CapacityLedger()
         self._pending_since: dict[RunKey, float] = {}
         self._fresh: dict[RunKey, tuple[str, Obj]] = {}
-        self._binds: trio.Nursery | None = None
-        self._bind_limit = trio.CapacityLimiter(MAX_CONCURRENT_BINDS)
+        self._writes: FifoWriters | None = None
         #: Binds that succeeded in this process.
         self.bound = 0
         caches.runs.add_handler(self._on_run)
@@ -106,36 +124,45 @@ class Scheduler:
 
     def wake_runtime(self, namespace: str, runtime: str) -> None:
         """Queue every Pending Run of a Runtime, oldest first."""
-        pending = [
-            run
-            for run in self._caches.runs_of_runtime(namespace, runtime)
-            if run.status.phase is Phase.PENDING and not run.metadata.is_deleting
-        ]
-        pending.sort(
-            key=lambda run: (
-                run.metadata.creation_timestamp is None,
-                run.metadata.creation_timestamp,
-                run.metadata.name,
-            )
-        )
-        for run in pending:
+        for run in self._caches.pending_runs_of_runtime(namespace, runtime):
             self._enqueue((namespace, run.metadata.name))
+
+    def _recount(self, run_uid: str, run: Run | None) -> None:
+        """Set one Run's usage in the ledger: its assumption, else its cached version.
+
+        Args:
+            run_uid: the Run's UID.
+            run: the cached Run of that UID's key (``None`` when gone or malformed; a Run
+                of another UID, a newer incarnation of the name, counts as gone).
+        """
+        assumption = self.assumed.get(run_uid)
+        if assumption is not None:
+            self.ledger.count(run_uid, assumption.group, assumption.pod_uid, assumption.requests)
+            return
+        holder = capacity_holder(run) if run is not None and run.metadata.uid == run_uid else None
+        if run is None or holder is None:
+            self.ledger.uncount(run_uid)
+            return
+        group = runtime_key(run.metadata.namespace, run.spec.runtime)
+        self.ledger.count(run_uid, group, holder, counted_requests(run))
 
     def _on_run(self, event: InformerEvent) -> None:
         obj = event.obj
         key = object_key(obj)
         meta = obj.get("metadata") or {}
-        spec_runtime = str((obj.get("spec") or {}).get("runtime", ""))
-        self._usage.pop(runtime_key(key[0], spec_runtime), None)
+        uid = str(meta.get("uid", ""))
         if event.type is EventType.DELETED:
-            self.assumed.observe(str(meta.get("uid", "")), None)
+            self.assumed.observe(uid, None)
+            self._recount(uid, None)
             self._pending_since.pop(key, None)
             old = self._caches.parse_run(event.old or obj)
             if old is not None and capacity_holder(old) is not None:
                 self.wake_runtime(key[0], old.spec.runtime)
             return
-        self.assumed.observe(str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
         run = self._caches.parse_run(obj)
+        if event.type is not EventType.RESYNC:
+            self.assumed.observe(uid, str(meta.get("resourceVersion", "")))
+            self._recount(uid, run)
         if run is None:
             return
         if run.status.phase is Phase.PENDING and not run.metadata.is_deleting:
@@ -189,24 +216,13 @@ class Scheduler:
         if event.type is EventType.RESYNC:
             return
         meta = event.obj.get("metadata") or {}
-        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        self._usage.pop(runtime_key(namespace, name), None)
-        self.wake_runtime(namespace, name)
+        self.wake_runtime(str(meta.get("namespace", "")), str(meta.get("name", "")))
 
     # -- the scheduling cycle -------------------------------------------------------------
 
-    def _usage_of(self, namespace: str, runtime: str) -> dict[str, dict[str, int]]:
-        """Per-Pod usage of a Runtime's Runs plus this process's assumed binds (cached).
-
-        Assumptions of other Runtimes' Runs land on other Pods' UIDs, which this Runtime's
-        decisions never look up, so all assumptions can be passed.
-        """
-        key = runtime_key(namespace, runtime)
-        usage = self._usage.get(key)
-        if usage is None:
-            usage = usage_by_pod(self._caches.runs_of_runtime(namespace, runtime), self.assumed)
-            self._usage[key] = usage
-        return usage
+    def _usage_of(self, namespace: str, runtime: str) -> Mapping[str, Mapping[str, int]]:
+        """Per-Pod usage of a Runtime's Runs, this process's assumed binds included."""
+        return self.ledger.usage(runtime_key(namespace, runtime))
 
     def _current(self, key: RunKey) -> tuple[Obj, Run] | None:
         """The Run to decide on: the cache, or a fresher copy read after a bind conflict."""
@@ -241,36 +257,39 @@ class Scheduler:
             return None
         if isinstance(decision, Backoff):
             return Requeue(after=decision.delay_seconds)
-        assert self._binds is not None, "reconcile runs only inside Scheduler.run"
+        writes = self._writes
+        assert writes is not None, "reconcile runs only inside Scheduler.run"
         if isinstance(decision, Bind):
             assumption = self.assumed.assume(run, decision.pod.uid)
-            usage[decision.pod.uid] = add(
-                usage.get(decision.pod.uid, {}), run.spec.effective_requests
-            )
+            self._recount(run.metadata.uid, run)
             # read now: the informer may deliver the bind (and drop the key) before the
             # bind's own response returns
             since = self._pending_since.get(key)
-            self._binds.start_soon(self._bind, key, obj, run, decision, assumption, since)
+            writes.submit(functools.partial(self._bind, key, obj, run, decision, assumption, since))
             return None
         if isinstance(decision, Cancel):
             self._pending_since.pop(key, None)
-            self._binds.start_soon(
-                self._write,
-                key,
-                obj,
-                decision.patch,
-                ("Normal", Reason.CANCELLED.value, "cancelled before it was scheduled"),
+            writes.submit(
+                functools.partial(
+                    self._write,
+                    key,
+                    obj,
+                    decision.patch,
+                    ("Normal", Reason.CANCELLED.value, "cancelled before it was scheduled"),
+                )
             )
             return None
         assert isinstance(decision, Unschedulable)
         self._metrics.unschedulable.labels(reason=decision.reason.value).inc()
         if decision.patch:
-            self._binds.start_soon(
-                self._write,
-                key,
-                obj,
-                decision.patch,
-                ("Warning", "FailedScheduling", decision.message),
+            writes.submit(
+                functools.partial(
+                    self._write,
+                    key,
+                    obj,
+                    decision.patch,
+                    ("Warning", "FailedScheduling", decision.message),
+                )
             )
         return None
 
@@ -282,24 +301,21 @@ class Scheduler:
         A conflict or a vanished Run is left to the informer (the newer Run is queued
         again); other API errors retry the key after half a second.
         """
-        async with self._bind_limit:
-            try:
-                await write_status(
-                    self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), patch)
-                )
-            except (Conflict, NotFound) as exc:
-                log.debug("status write of %s/%s skipped: %s", *key, exc)
-                return
-            except KubeError as exc:
-                log.warning("status write of %s/%s failed: %s", *key, exc)
-                self.queue.add_after(key, 0.5)
-                return
+        try:
+            await write_status(self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), patch))
+        except (Conflict, NotFound) as exc:
+            log.debug("status write of %s/%s skipped: %s", *key, exc)
+            return
+        except KubeError as exc:
+            log.warning("status write of %s/%s failed: %s", *key, exc)
+            self.queue.add_after(key, 0.5)
+            return
         kind, reason, message = event
         self._recorder.emit(obj, type_=kind, reason=reason, message=message)
 
     def _drop_assumption(self, key: RunKey, run: Run, assumption: Assumption) -> None:
         self.assumed.forget(run.metadata.uid, assumption)
-        self._usage.pop(runtime_key(key[0], run.spec.runtime), None)
+        self._recount(run.metadata.uid, self._caches.get_run(*key))
 
     async def _bind(
         self,
@@ -315,34 +331,33 @@ class Scheduler:
         ``assumption`` is this bind's entry in the assumed cache (dropped if the bind fails);
         ``since`` is the trio time the Run was first queued as Pending (bind latency).
         """
-        async with self._bind_limit:
+        try:
+            await write_status(
+                self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), decision.patch)
+            )
+        except Conflict:
+            self._metrics.bind_conflicts.inc()
+            self._drop_assumption(key, run, assumption)
             try:
-                await write_status(
-                    self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), decision.patch)
-                )
-            except Conflict:
-                self._metrics.bind_conflicts.inc()
-                self._drop_assumption(key, run, assumption)
-                try:
-                    fresh = await self._kube.get(RUNS, key[1], key[0])
-                except NotFound:
-                    return
-                except KubeError as exc:
-                    log.info("re-read of %s/%s after a conflict failed: %s", *key, exc)
-                    self.queue.add_after(key, 0.5)
-                    return
-                stale = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-                self._fresh[key] = (stale, fresh)
-                self._enqueue(key)
-                return
+                fresh = await self._kube.get(RUNS, key[1], key[0])
             except NotFound:
-                self._drop_assumption(key, run, assumption)
                 return
             except KubeError as exc:
-                self._drop_assumption(key, run, assumption)
-                log.warning("bind of %s/%s failed: %s", *key, exc)
+                log.info("re-read of %s/%s after a conflict failed: %s", *key, exc)
                 self.queue.add_after(key, 0.5)
                 return
+            stale = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            self._fresh[key] = (stale, fresh)
+            self._enqueue(key)
+            return
+        except NotFound:
+            self._drop_assumption(key, run, assumption)
+            return
+        except KubeError as exc:
+            self._drop_assumption(key, run, assumption)
+            log.warning("bind of %s/%s failed: %s", *key, exc)
+            self.queue.add_after(key, 0.5)
+            return
         self.bound += 1
         self._metrics.binds.inc()
         self._pending_since.pop(key, None)
@@ -356,15 +371,21 @@ class Scheduler:
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Schedule until cancelled (the caller holds leadership). Queues every Pending Run first."""
+        """Schedule until cancelled (the caller holds leadership). Queues every Pending Run first.
+
+        Assumptions and queued writes belong to one term of leadership: each term starts
+        with none and recounts the usage ledger from the cache.
+        """
         self.assumed = AssumedBinds()
-        self._usage.clear()
+        self.ledger.clear()
+        for run in self._caches.run_index.runs():
+            self._recount(run.metadata.uid, run)
+        writes = FifoWriters(MAX_CONCURRENT_BINDS)
         async with trio.open_nursery() as nursery:
-            self._binds = nursery
-            for obj in self._caches.runs.items():
-                run = self._caches.parse_run(obj)
-                if run is not None and run.status.phase is Phase.PENDING:
-                    self._enqueue(object_key(obj))
+            await nursery.start(writes.run)
+            self._writes = writes
+            for run in self._caches.run_index.pending():
+                self._enqueue((run.metadata.namespace, run.metadata.name))
             await nursery.start(functools.partial(self.queue.run, self.reconcile, workers=1))
             task_status.started()
 
