@@ -7,9 +7,10 @@ with :func:`krt.api.endpoint.parse_function_endpoint_path`, the helper runtimed 
 Per request: route (404/405), validate in the documented order without dispatching
 (:mod:`gateway.validation`: 401, 415, 413, 400), then one InvokeFunction call
 (:mod:`gateway.invoke`) raced against the client's disconnect: if the client goes away first,
-the call's cancel scope is cancelled at once, which resets the gRPC stream, so runtimed and
-the Runtime Server see the cancellation and free the Run's invocation slot. Every response,
-success or error, carries ``X-Kruntime-Invocation-ID``.
+the call's cancel scope is cancelled at once (by hypercorn's disconnect callback,
+:mod:`gateway.disconnects`, or by a task watching ``receive()``), which resets the gRPC
+stream, so runtimed and the Runtime Server see the cancellation and free the Run's
+invocation slot. Every response, success or error, carries ``X-Kruntime-Invocation-ID``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Final
 
 import trio
 
+from gateway.disconnects import EXTENSION as DISCONNECT_EXTENSION
+from gateway.disconnects import DisconnectSignal
 from gateway.errors import HttpError
 from gateway.invoke import Invoker, InvokeRequest, InvokeResult
 from gateway.logs import InvocationLog
@@ -163,7 +166,9 @@ class GatewayApp:
             fields.update(namespace=ref.namespace, runtime=ref.runtime, run_uid=ref.uid)
             request = await self._validate(scope, body, ref, invocation_id, id_error)
             dispatched = trio.current_time()
-            result = await self._dispatch(request, receive)
+            result = await self._dispatch(
+                request, receive, scope.get("extensions", {}).get(DISCONNECT_EXTENSION)
+            )
             upstream_ms = round((trio.current_time() - dispatched) * 1000, 3)
         except HttpError as exc:
             error = exc
@@ -247,8 +252,22 @@ class GatewayApp:
         )
         return InvokeRequest(ref, token, invocation_id, body, timeout)
 
-    async def _dispatch(self, request: InvokeRequest, receive: Receive) -> InvokeResult:
-        """Invoke, cancelling the call the moment the client disconnects."""
+    async def _dispatch(
+        self, request: InvokeRequest, receive: Receive, disconnect: DisconnectSignal | None
+    ) -> InvokeResult:
+        """Invoke, cancelling the call the moment the client disconnects.
+
+        With hypercorn's disconnect callback (:mod:`gateway.disconnects`) the call's cancel
+        scope is cancelled by the disconnect itself; otherwise a task watches ``receive()``.
+        """
+        if disconnect is not None:
+            with trio.CancelScope() as scope:
+                disconnect.cancel_on_disconnect(scope)
+                try:
+                    return await self._invoker.invoke(request)
+                finally:
+                    disconnect.cancel_on_disconnect(None)
+            raise ClientGoneError  # only a disconnect cancels this scope
         result: InvokeResult | None = None
         error: HttpError | None = None
         gone = False

@@ -32,6 +32,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from gateway.app import GatewayApp
+from gateway.disconnects import install as install_disconnect_signals
 from gateway.invoke import Invoker
 from gateway.metrics import GatewayMetrics
 from gateway.pool import DEFAULT_CONNECT_TIMEOUT_SECONDS, open_channel_pool
@@ -169,6 +170,8 @@ async def serve_gateway(
     metrics = metrics or GatewayMetrics()
     if not install_response_writes():
         log.warning("hypercorn is not 0.17.x: each response head takes a write of its own")
+    if not install_disconnect_signals():
+        log.warning("hypercorn is not 0.17.x: each invoke watches for disconnects in a task")
     async with open_channel_pool(
         config.resolver,
         ssl_context=config.upstream_ssl,

@@ -15,7 +15,7 @@ import h2.connection
 import pytest
 import trio
 
-from krt.grpc import closed_streams, server
+from krt.grpc import closed_streams
 from krt.grpc.client import GrpcConnection
 from krt.grpc.closed_streams import CLOSED_STREAM_MEMORY, limit_closed_stream_memory
 from krt.grpc.server import CallHandler
@@ -60,7 +60,8 @@ async def test_client_and_server_forget_old_closed_streams(
         server_connections.append(h2_connection)
         limit_closed_stream_memory(h2_connection, **kwargs)
 
-    monkeypatch.setattr(server, "limit_closed_stream_memory", recording)
+    # the unary connection loop (every executor.v1 service) looks the function up at call time
+    monkeypatch.setattr(closed_streams, "limit_closed_stream_memory", recording)
     handler = CallHandler({SERVICE: Echo().service})
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(anyio.abc.SocketAttribute.local_port)

@@ -4,8 +4,13 @@
   carrying unary calls whose cancellation resets the stream (purerpc's sans-IO core, trio I/O).
 * :mod:`krt.grpc.server`: :class:`~krt.grpc.server.CallHandler`, purerpc's server connection
   handler with per-call cancel scopes, ``grpc-timeout`` and bounded status messages.
+* :mod:`krt.grpc.unary_server`: the connection loop CallHandler uses when every method is
+  unary (all of ``executor.v1``): no per-stream queues, a call's task starts with its request.
+* :mod:`krt.grpc.status_messages`: bounded ``grpc-message`` trailers and error statuses.
+* :mod:`krt.grpc.hpack_encoding`: the HPACK encoder of both sides (plain literals, an indexed
+  static table, credentials never indexed).
 * :mod:`krt.grpc.closed_streams`: bounds h2's per-connection memory of closed streams (both
   sides use it; h2's default grows ~150 bytes per call up to ~10 MiB per connection).
 
-Imports only purerpc, h2, protobuf and trio; never a component package.
+Imports only purerpc, h2, hpack, protobuf, anyio and trio; never a component package.
 """

@@ -31,6 +31,10 @@ where purerpc sent the headers before running the method (two packets, two wakeu
 client); the read loop queues events without a scheduler pass each, the call takes queued
 events without one, and the writer is woken only with bytes to send. Measured with a trio
 instrument, a call costs 7 task steps here instead of 13.5 (tests/krt/test_grpc_wire_writes.py).
+Services whose methods are all unary (every ``executor.v1`` service) go further: their
+connections are served by :mod:`krt.grpc.unary_server` (no per-stream queues or stream
+objects: 8 task steps per call for client and server together instead of 11, and about a
+fifth less server CPU per call than the loop below).
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -46,7 +49,6 @@ import anyio.abc
 import h2.events
 import h2.exceptions
 import trio
-from google.protobuf.message import DecodeError
 from purerpc import Cardinality, Service
 from purerpc.grpc_proto import GRPCProtoSocket, GRPCProtoStream
 from purerpc.grpclib.connection import GRPCConfiguration, GRPCConnection
@@ -57,7 +59,7 @@ from purerpc.grpclib.events import (
     ResponseEnded,
     WindowUpdated,
 )
-from purerpc.grpclib.exceptions import GRPCError, RpcFailedError
+from purerpc.grpclib.exceptions import GRPCError
 from purerpc.grpclib.status import Status, StatusCode
 from purerpc.wrappers import (
     call_server_stream_stream,
@@ -68,13 +70,18 @@ from purerpc.wrappers import (
 )
 
 from krt.grpc.closed_streams import limit_closed_stream_memory
+from krt.grpc.status_messages import (
+    MAX_STATUS_MESSAGE_BYTES,
+    bounded,
+    describe,
+    fit_status_message,
+    status_for_error,
+)
+from krt.grpc.unary_server import UnaryConnection
+
+__all__ = ["MAX_STATUS_MESSAGE_BYTES", "CallHandler", "fit_status_message"]
 
 log = logging.getLogger(__name__)
-
-#: a status message is cut so that its percent-encoded form (the ``grpc-message`` trailer)
-#: stays within this many bytes, well under the 8 KiB metadata limit of grpcio clients.
-MAX_STATUS_MESSAGE_BYTES: Final = 4096
-_CUT_MARKER: Final = " ...[truncated]"
 
 _CALLERS: Final[Mapping[Cardinality, Callable[[Any, GRPCProtoStream], Awaitable[None]]]] = {
     Cardinality.UNARY_UNARY: call_server_unary_unary,
@@ -82,27 +89,6 @@ _CALLERS: Final[Mapping[Cardinality, Callable[[Any, GRPCProtoStream], Awaitable[
     Cardinality.STREAM_UNARY: call_server_stream_unary,
     Cardinality.STREAM_STREAM: call_server_stream_stream,
 }
-
-
-def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> str:
-    """Return ``message``, cut (with a marker) so its percent-encoding has at most ``limit`` bytes.
-
-    Args:
-        message: the status detail (anything UTF-8 cannot encode becomes ``?``).
-        limit: the bound of ``urllib.parse.quote(message, safe="")`` in bytes (as purerpc
-            encodes the ``grpc-message`` trailer).
-    """
-    message = message.encode("utf-8", "replace").decode("utf-8")
-    if len(urllib.parse.quote(message, safe="")) <= limit:
-        return message
-    budget = limit - len(urllib.parse.quote(_CUT_MARKER, safe=""))
-    used = 0
-    end = 0
-    for end, char in enumerate(message):  # noqa: B007 - ``end`` is read after the loop
-        used += len(urllib.parse.quote(char, safe=""))
-        if used > budget:
-            break
-    return message[:end] + _CUT_MARKER
 
 
 class _ResetAwareConnection(GRPCConnection):  # type: ignore[misc]
@@ -222,7 +208,10 @@ class _CallSocket(GRPCProtoSocket):  # type: ignore[misc]
 class CallHandler:
     """Serves gRPC calls on accepted connections, one trio cancel scope per call.
 
-    Pass an instance to ``anyio`` ``Listener.serve``.
+    Pass an instance to ``anyio`` ``Listener.serve``. When every method is unary (all of
+    ``executor.v1``), connections are served by :class:`krt.grpc.unary_server.UnaryConnection`
+    (no per-stream queues; the same frames and per-call policy); otherwise by purerpc's
+    stream machinery below.
 
     Args:
         services: ``{"package.Service": purerpc.Service}``.
@@ -231,12 +220,24 @@ class CallHandler:
     def __init__(self, services: Mapping[str, Service]) -> None:
         self._services = dict(services)
         self._config = GRPCConfiguration(client_side=False)
+        self.unary_only = all(
+            method.signature.cardinality is Cardinality.UNARY_UNARY
+            for service in self._services.values()
+            for method in service.methods.values()
+        )
 
     async def __call__(self, sock: anyio.abc.SocketStream) -> None:
         """Serve one connection until the peer closes it; then cancel its unfinished calls.
 
         Never raises: a broken connection is logged and dropped.
         """
+        if self.unary_only:
+            try:
+                async with sock:
+                    await UnaryConnection(sock, self._services, self._config).serve()
+            except Exception as exc:
+                log.info("connection dropped", extra={"error": describe(exc)})
+            return
         calls: dict[int, trio.CancelScope] = {}
 
         def cancel_call(stream_id: int) -> None:
@@ -257,7 +258,7 @@ class CallHandler:
                     # the peer closed the connection: no call on it can be answered any more.
                     nursery.cancel_scope.cancel()
         except Exception as exc:
-            log.info("connection dropped", extra={"error": _describe(exc)})
+            log.info("connection dropped", extra={"error": describe(exc)})
 
     async def _serve_call(
         self,
@@ -273,7 +274,7 @@ class CallHandler:
         except Exception as exc:  # one broken stream must not drop the connection's other calls
             log.info(
                 "call dropped",
-                extra={"stream_id": stream.stream_id, "error": _describe(exc)},
+                extra={"stream_id": stream.stream_id, "error": describe(exc)},
             )
         finally:
             calls.pop(stream.stream_id, None)
@@ -320,13 +321,6 @@ def _response_started(stream: GRPCProtoStream) -> bool:
     return bool(getattr(stream, "_response_started", True))
 
 
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` of ``exc``, or of the exceptions inside an exception group."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(inner) for inner in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}"
-
-
 async def _run_method(
     method_fn: Callable[[Any], Any],
     stream: GRPCProtoStream,
@@ -340,16 +334,8 @@ async def _run_method(
         else:
             await stream.start_response()
             await _CALLERS[signature.cardinality](method_fn, stream)
-    except RpcFailedError as error:
-        return Status(error.status.status_code, error.status.status_message)
-    except DecodeError as error:
-        type_name = signature.request_type.DESCRIPTOR.full_name
-        return Status(StatusCode.INVALID_ARGUMENT, f"request is not a valid {type_name}: {error}")
-    except GRPCError as error:  # framing: e.g. more than one request message
-        return Status(StatusCode.INVALID_ARGUMENT, f"{type(error).__name__}: {error}")
     except Exception as error:
-        log.exception("internal error", extra={"rpc": name})
-        return Status(StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+        return status_for_error(error, request_type=signature.request_type, name=name)
     return None
 
 
@@ -379,11 +365,10 @@ async def _close(stream: GRPCProtoStream, status: Status) -> None:
     A response not started yet gets its headers here, just before the trailers (so the
     client sees headers then trailers, as purerpc sends them, in one write).
     """
-    bounded = Status(status.status_code, fit_status_message(status.status_message or ""))
     try:
         if not _response_started(stream):
             await stream.start_response()
-        await stream.close(bounded)
+        await stream.close(bounded(status))
     except (GRPCError, h2.exceptions.ProtocolError, TypeError):
         # reset or already closed by the peer: nobody is left to tell.
         pass
