@@ -18,14 +18,17 @@ Processes (so no two roles share an event loop; the machine has 2 cores):
   workers), child processes;
 * the gateway (``python -m gateway``), a child process, ``--target`` pointing upstream;
 * the baseline: a bare HTTPS echo (hypercorn on trio, a 20-line ASGI app), a child process;
-* the client (this process): keep-alive HTTPS with httpx, trustme certificates.
+* the client (this process): keep-alive HTTPS, trustme certificates; by default the
+  Kubernetes client's lean HTTP/1.1 pool (:mod:`krt.kube.http11`, about a third of httpx's
+  CPU per request: the load generator shares the 2 cores with what it measures), or httpx
+  with ``--client httpx``.
 
 Prints, for gateway and baseline: sequential latency p50/p99 (ms) and throughput (req/s),
 the p50 ratio, invokes/s with 8 function Runs (8 UIDs) invoked in parallel, each over its
 own keep-alive connection, and the CPU time each process spent per sequential request (ms,
 from /proc). Targets (issue 8): p50 < 3 ms, p99 < 10 ms, >= 500 invokes/s across 8 Runs.
 
-Usage: ``python bench/invoke.py [--full] [--calls N] [--parallel-seconds S] [--json]``
+Usage: ``python bench/invoke.py [--full] [--calls N] [--parallel-seconds S] [--client lean|httpx] [--json]``
 ``--quick`` is a short run; ``--no-baseline`` skips the echo; ``--report-json PATH`` writes
 the figures for bench/report.py.
 """
@@ -37,6 +40,7 @@ import base64
 import json
 import os
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -45,11 +49,13 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import trio
 import trustme
+
+from krt.kube.http11 import Http11Pool, check_header, parse_origin
 
 PATH = "/v1/namespaces/bench/runtimes/python/functions/{uid}:invoke"
 BODY = b'{"command": "status", "n": 42}'
@@ -301,19 +307,57 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _sequential(
-    client: httpx.AsyncClient, url: Callable[[int], str], calls: int
-) -> dict[str, float]:
+class _Client(Protocol):
+    """A keep-alive HTTPS client to one origin: ``post(path) -> (status, body)``."""
+
+    async def post(self, path: str) -> tuple[int, bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _LeanClient:
+    """The Kubernetes client's own keep-alive HTTP/1.1 pool (:mod:`krt.kube.http11`): a
+    load generator that costs about a third of httpx's CPU per request, so the client
+    (which shares the 2 cores with the servers it measures) distorts the figures less."""
+
+    def __init__(self, base: str, context: ssl.SSLContext) -> None:
+        self._pool = Http11Pool(parse_origin(base), ssl_context=context)
+        self._headers = [check_header(name, value) for name, value in HEADERS.items()]
+
+    async def post(self, path: str) -> tuple[int, bytes]:
+        return await self._pool.request("POST", path, self._headers, BODY)
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+
+class _HttpxClient:
+    """httpx, as most Python callers would invoke a function."""
+
+    def __init__(self, base: str, context: ssl.SSLContext) -> None:
+        self._client = httpx.AsyncClient(base_url=base, verify=context, timeout=30)
+
+    async def post(self, path: str) -> tuple[int, bytes]:
+        response = await self._client.post(path, content=BODY, headers=HEADERS)
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+async def _sequential(client: _Client, path: Callable[[int], str], calls: int) -> dict[str, float]:
     for i in range(50):  # warm-up: TLS handshake, upstream connection, caches
-        (await client.post(url(i), content=BODY, headers=HEADERS)).raise_for_status()
+        status, body = await client.post(path(i))
+        if status != 200:
+            raise RuntimeError(f"status {status}: {body[:200]!r}")
     latencies = []
     start = time.perf_counter()
     for i in range(calls):
         t0 = time.perf_counter()
-        response = await client.post(url(i), content=BODY, headers=HEADERS)
+        status, body = await client.post(path(i))
         latencies.append(time.perf_counter() - t0)
-        if response.status_code != 200:
-            raise RuntimeError(f"status {response.status_code}: {response.text[:200]}")
+        if status != 200:
+            raise RuntimeError(f"status {status}: {body[:200]!r}")
     elapsed = time.perf_counter() - start
     return {
         "p50_ms": statistics.median(latencies) * 1000,
@@ -323,20 +367,23 @@ async def _sequential(
 
 
 async def _parallel(
-    make_client: Callable[[], httpx.AsyncClient], url: Callable[[int], str], seconds: float
+    make_client: Callable[[], _Client], path: Callable[[int], str], seconds: float
 ) -> float:
     counts = [0] * len(UIDS)
 
     async def worker(index: int) -> None:
-        async with make_client() as client:
+        client = make_client()
+        try:
             for _ in range(10):
-                await client.post(url(index), content=BODY, headers=HEADERS)
+                await client.post(path(index))
             with trio.move_on_after(seconds):
                 while True:
-                    response = await client.post(url(index), content=BODY, headers=HEADERS)
-                    if response.status_code != 200:
-                        raise RuntimeError(f"status {response.status_code}")
+                    status, _ = await client.post(path(index))
+                    if status != 200:
+                        raise RuntimeError(f"status {status}")
                     counts[index] += 1
+        finally:
+            await client.aclose()
 
     start = time.perf_counter()
     async with trio.open_nursery() as nursery:
@@ -352,23 +399,27 @@ async def _measure(
     seconds: float,
     path: Callable[[int], str],
     pids: dict[str, Callable[[], list[int]]],
+    client_kind: str = "lean",
 ) -> dict[str, float]:
-    import ssl
-
     context = ssl.create_default_context()
     ca.configure_trust(context)
 
-    def make_client() -> httpx.AsyncClient:
-        return httpx.AsyncClient(verify=context, timeout=30)
+    def make_client() -> _Client:
+        if client_kind == "httpx":
+            return _HttpxClient(base, context)
+        return _LeanClient(base, context)
 
-    async with make_client() as client:
+    client = make_client()
+    try:
         before = {name: sum(map(_cpu_seconds, find())) for name, find in pids.items()}
-        result = await _sequential(client, lambda i: base + path(i), calls)
+        result = await _sequential(client, path, calls)
         for name, find in pids.items():
             result[f"{name}_cpu_ms_per_request"] = (
                 (sum(map(_cpu_seconds, find())) - before[name]) * 1000 / (calls + 50)
             )
-    result["parallel8_per_second"] = await _parallel(make_client, lambda i: base + path(i), seconds)
+    finally:
+        await client.aclose()
+    result["parallel8_per_second"] = await _parallel(make_client, path, seconds)
     return result
 
 
@@ -389,6 +440,12 @@ def main() -> None:
     parser.add_argument("--serve-echo", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="short run: 200 calls, 0.5 s parallel")
     parser.add_argument("--report-json", metavar="PATH", help="write figures for bench/report.py")
+    parser.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="the load generator: krt.kube.http11's keep-alive pool (default) or httpx",
+    )
     args = parser.parse_args()
     if args.quick:  # quick defaults; explicit arguments still win
         parser.set_defaults(calls=200, parallel_seconds=0.5)
@@ -441,12 +498,14 @@ def main() -> None:
                 _measure, ca, f"https://127.0.0.1:{gateway_port}", args.calls,
                 args.parallel_seconds, lambda i: PATH.format(uid=UIDS[i % len(UIDS)]),
                 {"client": lambda: [os.getpid()], "gateway": lambda: [gateway.pid], **upstream},
+                args.client,
             )  # fmt: skip
             baseline_result = trio.run(
                 _measure, ca, f"https://127.0.0.1:{echo_port}",
                 10 if args.no_baseline else args.calls, 0.1 if args.no_baseline else
                 args.parallel_seconds, lambda i: "/echo",
                 {"client": lambda: [os.getpid()], "echo": lambda: [echo.pid]},
+                args.client,
             )  # fmt: skip
         finally:
             for child in children:
