@@ -25,7 +25,8 @@ logs: informer delivery ``seen``, claim write, source preparation, Status NOT_FO
 start worker, Execute, the first sighting of the finished execution, the terminal write; see
 ``runtimed.timeline``), and the CPU milliseconds per Run that each process of the cluster
 used during the burst (``/proc``; ``localkube+bench`` is this process: API server, node and
-client together). Every client (this one included) keeps its idle connections alive
+client together), and how many Runtime Server calls (Status, Execute, List, Forget, ...) each
+runtimed's task lifecycle made per Run (its ``/metrics``). Every client (this one included) keeps its idle connections alive
 (``krt.kube.client``), so a burst does not turn into TLS handshakes at the API server.
 
 Targets (issue 6): complete p50 under 150 ms and over 40 Runs/s on this machine (published
@@ -54,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.append(str(ROOT / "tests" / "runtimed"))
 
+import httpx  # noqa: E402
 import trio  # noqa: E402
 from runtimed_cluster import (  # noqa: E402
     NS,
@@ -63,6 +65,7 @@ from runtimed_cluster import (  # noqa: E402
     wait_runtime_ready,
 )
 
+from krt.api.naming import RUNTIMED_HTTP_PORT  # noqa: E402
 from krt.api.times import parse_time  # noqa: E402
 from krt.kube.informer import Informer, InformerEvent  # noqa: E402
 from krt.kube.resources import RUNS, RUNTIMES  # noqa: E402
@@ -94,8 +97,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 RUNTIMES,
                 runtime_manifest("bash", kind="bash", replicas=args.pods, runs=args.capacity),
             )
-            await wait_runtime_ready(kube, "bash", args.pods, within=120)
+            pods = await wait_runtime_ready(kube, "bash", args.pods, within=120)
             await trio.sleep(1.0)  # let heartbeats and the scheduler's caches settle
+            calls_before = await server_calls(pods)
             cpu_before = cpu_by_program()
             if args.mark_burst:  # for external profilers: the burst starts now
                 await trio.Path(args.mark_burst).write_text(str(datetime.now(UTC).timestamp()))
@@ -133,6 +137,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     await all_done.wait()
                 nursery.cancel_scope.cancel()
             cpu_after = cpu_by_program()
+            calls_after = await server_calls(pods)
             items = list(finished.values())
             # runtimed's per-Run stage timelines, read before the state directory goes (the
             # node writes container logs a moment after runtimed prints them)
@@ -198,10 +203,37 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             for program in sorted(cpu_after)
         },
         "stages": {key: summary(values) | {"n": len(values)} for key, values in stages.items()},
+        "server_calls_per_run": {
+            method: round((count - calls_before.get(method, 0.0)) / args.runs, 2)
+            for method, count in sorted(calls_after.items())
+        },
     }
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SERVER_CALLS_METRIC = "runtimed_task_server_calls_total"
+
+
+async def server_calls(pods: list[dict[str, Any]]) -> dict[str, float]:
+    """Runtime Server calls of the task lifecycles so far, by method, summed over ``pods``.
+
+    Read from each runtimed's ``/metrics`` (``runtimed_task_server_calls_total``); a Pod
+    that does not answer counts nothing.
+    """
+    totals: dict[str, float] = {}
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        for pod in pods:
+            address = (pod.get("status") or {}).get("podIP")
+            try:
+                response = await client.get(f"http://{address}:{RUNTIMED_HTTP_PORT}/metrics")
+            except httpx.HTTPError:
+                continue
+            for line in response.text.splitlines():
+                if line.startswith(SERVER_CALLS_METRIC + "{"):
+                    labels, _, value = line.rpartition(" ")
+                    method = labels.split('method="', 1)[1].split('"', 1)[0]
+                    totals[method] = totals.get(method, 0.0) + float(value)
+    return totals
 
 
 def cpu_by_program() -> dict[str, float]:
@@ -325,6 +357,8 @@ def main() -> None:
     print(f"  throughput {result['runs_per_second']:.1f} Runs/s")
     cpu = ", ".join(f"{k} {v:.1f}" for k, v in result["cpu_ms_per_run"].items())
     print(f"  CPU ms per Run during the burst: {cpu}")
+    calls = ", ".join(f"{k} {v:.2f}" for k, v in result["server_calls_per_run"].items())
+    print(f"  Runtime Server calls per Run (runtimed task lifecycle): {calls}")
     print(
         "  per-stage breakdown (create->bind from the client, the rest from runtimed's timeline):"
     )

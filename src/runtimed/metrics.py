@@ -23,6 +23,8 @@ class RuntimedMetrics:
         preparation_seconds: source preparation time, seconds.
         claim_lag_seconds: bind (``Scheduled`` transition) to claim, seconds.
         rleg_polls: List calls of the Run Lifecycle Event Generator (RLEG).
+        server_calls: calls the task lifecycle made to the Runtime Server, by ``method``
+            (Execute, Status, List, Cancel, Forget): issue 6 reads them per Run.
         server_healthy: 1 while the local Runtime Server answers Health as healthy.
         local_runs: Runs with local state (set by a callback).
     """
@@ -59,6 +61,12 @@ class RuntimedMetrics:
         self.rleg_polls = Counter(
             PREFIX + "rleg_polls_total",
             "List calls the Run Lifecycle Event Generator made to the Runtime Server",
+            registry=self.registry,
+        )
+        self.server_calls = Counter(
+            PREFIX + "task_server_calls_total",
+            "Runtime Server calls of the task lifecycle, by method",
+            ["method"],
             registry=self.registry,
         )
         self.server_healthy = Gauge(

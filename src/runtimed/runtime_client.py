@@ -1,4 +1,4 @@
-"""runtimed's client of the local Runtime Server (``executor.v1.Runtime`` over purerpc).
+"""runtimed's client of the local Runtime Server (``executor.v1.Runtime`` over gRPC).
 
 One long-lived channel, held by :meth:`RuntimeServerClient.run` in runtimed's outer nursery
 (STYLE.md: long-lived clients outlive per-Run work). Until the first connection attempt
@@ -31,7 +31,6 @@ import purerpc
 import trio
 
 from krt.kube.backoff import Backoff
-from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
 from runtimed.server_channel import (
     ServerChannel,
@@ -152,7 +151,7 @@ def _view(response: Any) -> ServerView:
 
 
 class RuntimeServerClient:
-    """The purerpc client of one Runtime Server (implements :class:`RuntimeServer`).
+    """The gRPC client of one Runtime Server (implements :class:`RuntimeServer`).
 
     Args:
         host: the server's host or IP.
@@ -163,7 +162,7 @@ class RuntimeServerClient:
     def __init__(self, host: str, port: int, *, backoff: Backoff | None = None) -> None:
         self.host = host
         self.port = port
-        self._channel = ServerChannel(host, port, runtime_grpc.RuntimeStub, backoff=backoff)
+        self._channel = ServerChannel(host, port, "Runtime", backoff=backoff)
 
     @property
     def connections(self) -> int:

@@ -27,7 +27,6 @@ The Runtime Server may see the workspace under another path than runtimed does;
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -38,6 +37,7 @@ import trio
 from krt.api.errors import OutputsError
 from krt.api.outputs import MAX_OUTPUTS_FILE_BYTES, parse_outputs_file
 from krt.api.run import Source
+from runtimed.local_files import read_bounded, remove_tree, write_file
 
 __all__ = [
     "OUTPUTS_ENV",
@@ -168,32 +168,23 @@ async def _checkout(git: str, work: Path, repo_url: str, commit_sha: str) -> Non
     await _git(git, "-c", "advice.detachedHead=false", "checkout", "--quiet", commit_sha, cwd=work)
 
 
-def _reset_dir(files: RunFiles) -> None:
-    shutil.rmtree(files.root, ignore_errors=True)
+async def _reset_dir(files: RunFiles) -> None:
+    await remove_tree(files.root)
     try:
         files.work.mkdir(parents=True)
     except OSError as exc:
         raise PreparationError(f"cannot create working directory {files.work}: {exc}") from None
 
 
-def _write_inline(files: RunFiles, source: Source) -> None:
+async def _write_inline(files: RunFiles, source: Source) -> None:
     assert source.inline is not None
     target = _inline_target(files.work, source.effective_inline_path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(source.inline, encoding="utf-8")
+        await write_file(target, source.inline.encode("utf-8"))
     except OSError as exc:
         raise PreparationError(
             f"cannot write inline source to {source.effective_inline_path!r}: {exc}"
         ) from None
-
-
-def _prepare_local(files: RunFiles, source: Source | None, *, reset: bool) -> None:
-    """The file-system steps, in one worker thread (one hop per preparation)."""
-    if reset:
-        _reset_dir(files)
-    if source is not None and source.inline is not None:
-        _write_inline(files, source)
 
 
 async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "git") -> None:
@@ -219,12 +210,11 @@ async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "
             raise PreparationError(
                 "spec.source.repoURL and spec.source.commitSHA must be set together"
             )
-        if source is None or source.repo_url is None or source.commit_sha is None:
-            await trio.to_thread.run_sync(lambda: _prepare_local(files, source, reset=True))
-            return
-        await trio.to_thread.run_sync(_reset_dir, files)
-        await _checkout(git, files.work, source.repo_url, source.commit_sha)
-        await trio.to_thread.run_sync(lambda: _prepare_local(files, source, reset=False))
+        await _reset_dir(files)
+        if source is not None and source.repo_url is not None and source.commit_sha is not None:
+            await _checkout(git, files.work, source.repo_url, source.commit_sha)
+        if source is not None and source.inline is not None:
+            await _write_inline(files, source)
     except BaseException:
         with trio.CancelScope(shield=True):
             await remove_run_files(files)
@@ -232,8 +222,11 @@ async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "
 
 
 async def remove_run_files(files: RunFiles) -> None:
-    """Remove a Run's directory (idempotent; errors are ignored)."""
-    await trio.to_thread.run_sync(lambda: shutil.rmtree(files.root, ignore_errors=True))
+    """Remove a Run's directory (idempotent; errors are ignored).
+
+    Inline when the tree is small, in a worker thread otherwise (:func:`remove_tree`).
+    """
+    await remove_tree(files.root)
 
 
 async def read_outputs(files: RunFiles) -> dict[str, str]:
@@ -246,16 +239,8 @@ async def read_outputs(files: RunFiles) -> dict[str, str]:
         OutputsError: a bound is broken (the message names the key and the bound), or the
             file is not readable.
     """
-
-    def read() -> bytes | None:
-        try:
-            with open(files.outputs, "rb") as handle:
-                return handle.read(MAX_OUTPUTS_FILE_BYTES + 1)
-        except FileNotFoundError:
-            return None
-
     try:
-        data = await trio.to_thread.run_sync(read)
+        data = await read_bounded(files.outputs, MAX_OUTPUTS_FILE_BYTES + 1)
     except OSError as exc:
         raise OutputsError(f"cannot read the outputs file: {exc}", key=None, bound="read") from None
     if data is None:

@@ -527,6 +527,10 @@ class LocalRun:
         active: False once runtimed let go of the Run; a start worker that finishes after
             that forgets what it created.
         last_server_state: last state the lifecycle event generator saw (change detection).
+        seen_running: the Run's resourceVersion and the PENDING/RUNNING answer of the last
+            Status that observed the execution; a reconciliation of the same version reuses
+            it instead of asking again until the RLEG reports a change or runtimed itself
+            acts on the execution (Cancel, Forget, a new start): issue 6.
         logged_attempt: the attempt whose stdout/stderr were logged to the end.
         log_attempt: the attempt :attr:`log_offsets` and :attr:`log_lines` belong to.
         log_offsets: per stream (``stdout``/``stderr``), characters of the attempt's output
@@ -542,6 +546,7 @@ class LocalRun:
     view: LocalView = field(default_factory=LocalView)
     active: bool = True
     last_server_state: ExecState | None = None
+    seen_running: tuple[str, ServerView] | None = None
     logged_attempt: int = 0
     log_attempt: int = 0
     log_offsets: dict[str, int] = field(default_factory=dict)

@@ -18,6 +18,12 @@ Seed 003 (Task Execution Lifecycle). Shape:
 * the sweeper cancels and forgets executions the Runtime Server holds for Runs that are gone,
   terminal or not ours (after a runtimed restart included), and removes their directories.
 
+Under a burst (issue 6) Runs are served first come, first served: at most
+``start_window`` Runs are between their claim and their start
+(:class:`~runtimed.start_window.StartWindow`), a claim's follow-up reconciliation runs at
+once, the watch's echo of our own write enqueues nothing, and a reconciliation that learns
+nothing new reuses the last Status answer (see :meth:`TaskLifecycle.reconcile`).
+
 Restart safety: all local state is rebuilt from the Run objects (cache) and the Runtime
 Server (Status/List); the decision never starts an execution the server still knows.
 """
@@ -66,6 +72,7 @@ from runtimed.sources import (
     read_outputs,
     remove_run_files,
 )
+from runtimed.start_window import StartWindow
 from runtimed.task_decisions import (
     UNREACHABLE_RETRY_SECONDS,
     CancelExecution,
@@ -103,10 +110,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 task_log = logging.getLogger("runtimed.task")
 
+#: A claim's answer: run the next reconciliation of the Run at once (see ``reconcile``).
+_NEXT_NOW: Final = Requeue(0.0)
 #: Upper bound on actions in one reconciliation (a safety net; real chains are 3-4 long).
 MAX_STEPS: Final = 8
 #: Quiet RLEG polls at the fastest pace before it starts slowing down.
 RLEG_FAST_POLLS: Final = 5
+#: After each List the RLEG stays quiet for at least this many times the List's duration,
+#: so it polls at most ~1/(1 + factor) of the time: a List's duration grows with the load on
+#: runtimed and the server, and under a burst every List costs both processes CPU the burst
+#: needs (issue 6: at factor 1 a 50-Run burst made 1-3 Lists per Run).
+RLEG_LOAD_FACTOR: Final = 3.0
 #: Lines of one stream of task output logged per attempt (the rest is summarised).
 MAX_LOGGED_LINES: Final = 10_000
 #: Characters of an attempt's output (both streams) logged while it runs; past this the
@@ -198,6 +212,9 @@ class TaskLifecycle:
         git: the git executable for repository sources.
         workers: parallel reconcile workers (different Runs; one Run is never reconciled
             twice at once).
+        start_window: most Runs between their claim and their start's answer; further
+            claims wait, oldest first (:class:`~runtimed.start_window.StartWindow`). Runs
+            with a repository source do not count (their checkout is I/O, not CPU).
     """
 
     def __init__(
@@ -214,6 +231,7 @@ class TaskLifecycle:
         timings: TaskTimings | None = None,
         git: str = "git",
         workers: int = 32,
+        start_window: int = 8,
     ) -> None:
         self.pod = pod
         self._cache = cache
@@ -227,15 +245,22 @@ class TaskLifecycle:
         self._git = git
         self._workers = workers
         self.queue: WorkQueue[str] = WorkQueue("runtimed-tasks", base_delay=0.1, max_delay=30.0)
+        self.window = StartWindow(start_window, self.queue.add)
         self._local: dict[str, LocalRun] = {}
         #: Run UID -> (resourceVersions we wrote from, the object our last write returned).
         self._written: dict[str, tuple[set[str], Obj]] = {}
+        #: Run UID -> (resourceVersion, the parsed Run) of its last reconciliation.
+        self._parsed: dict[str, tuple[str, Run]] = {}
         #: Run UID -> epoch seconds the informer first delivered it Scheduled to this Pod
         #: (moved to the Run's timeline when its local state is created).
         self._seen_at: dict[str, float] = {}
         self._rleg_wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.metrics.track_local_runs(lambda: len(self._local))
+        self._calls = {
+            method: self.metrics.server_calls.labels(method=method)
+            for method in ("Execute", "Status", "List", "Cancel", "Forget")
+        }
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -244,12 +269,26 @@ class TaskLifecycle:
         return self._local.get(uid)
 
     def on_run_event(self, event: InformerEvent) -> None:
-        """Informer handler: enqueue Runs assigned to this Pod or holding local state here."""
+        """Informer handler: enqueue Runs assigned to this Pod or holding local state here.
+
+        The watch echoing one of our own status writes (same resourceVersion as the object
+        the write returned) enqueues nothing: the reconciliation that wrote it already
+        scheduled what follows (issue 6: two reconciliations per Run fewer).
+        """
         obj = event.obj
         mine = self.pod.uid
+        written = self._written.get(run_uid(obj))
+        if (
+            event.type is EventType.MODIFIED
+            and written is not None
+            and resource_version(obj) == resource_version(written[1])
+        ):
+            del self._written[run_uid(obj)]  # the cache holds our write now
+            return
         if event.type is EventType.DELETED:
             self._written.pop(run_uid(obj), None)
             self._seen_at.pop(run_uid(obj), None)
+            self._parsed.pop(run_uid(obj), None)
         elif (
             assigned_pod_uid(obj) == mine
             and (obj.get("status") or {}).get("phase") == "Scheduled"
@@ -317,6 +356,7 @@ class TaskLifecycle:
     # -- Runtime Server calls, bounded ------------------------------------------------------
 
     async def _status(self, uid: str) -> ServerView:
+        self._calls["Status"].inc()
         with trio.move_on_after(self.timings.rpc):
             try:
                 return await self._server.status(uid)
@@ -325,7 +365,14 @@ class TaskLifecycle:
                 return ServerView(ExecState.UNREACHABLE)
         return ServerView(ExecState.UNREACHABLE)
 
+    def _forget_running_view(self, uid: str) -> None:
+        local = self._local.get(uid)
+        if local is not None:
+            local.seen_running = None
+
     async def _cancel(self, uid: str) -> None:
+        self._forget_running_view(uid)
+        self._calls["Cancel"].inc()
         with trio.move_on_after(self.timings.rpc):
             try:
                 await self._server.cancel(uid)
@@ -334,6 +381,8 @@ class TaskLifecycle:
 
     async def _forget(self, uid: str) -> bool:
         """Forget ``uid``; True when the server no longer holds it."""
+        self._forget_running_view(uid)
+        self._calls["Forget"].inc()
         with trio.move_on_after(self.timings.rpc):
             try:
                 await self._server.forget(uid)
@@ -349,9 +398,23 @@ class TaskLifecycle:
     async def reconcile(self, key: str) -> Requeue | None:
         """Reconcile one Run key (``namespace/name``); the work queue calls this.
 
+        A claim ends its reconciliation (seed 003: a *later* reconciliation calls Status);
+        that next reconciliation runs at once in the same worker turn rather than behind
+        every key queued meanwhile, so under a burst an early Run reaches its start early
+        instead of every Run advancing one stage at a time (issue 6).
+
         Returns:
             ``Requeue(after)`` to be called again, or ``None`` to wait for an event.
         """
+        try:
+            result = await self._reconcile_once(key)
+            if result is _NEXT_NOW:
+                result = await self._reconcile_once(key)
+        finally:
+            self.window.settle(key)
+        return Requeue(0.0) if result is _NEXT_NOW else result
+
+    async def _reconcile_once(self, key: str) -> Requeue | None:
         namespace, _, name = key.partition("/")
         obj = self._current(self._cache.get(namespace, name))
         current_uid = run_uid(obj) if obj is not None else ""
@@ -367,16 +430,38 @@ class TaskLifecycle:
                 if after is not None:
                     wake.append(after)
         if obj is None or not owned:
+            self._parsed.pop(current_uid, None)
             return Requeue(min(wake)) if wake else None
         try:
-            run = Run.from_dict(obj)
+            run = self._parse(obj)
         except ApiError as exc:
             log.warning("Run %s cannot be read: %s", key, exc)
             return None
-        if is_terminal(run.status.phase) and current_uid in self._local:
-            after = await self._release(self._local[current_uid])
-            return Requeue(after) if after is not None else None
+        if is_terminal(run.status.phase):
+            if current_uid not in self._local:
+                self._parsed.pop(current_uid, None)  # nothing more to do for this Run here
+            else:
+                after = await self._release(self._local[current_uid])
+                return Requeue(after) if after is not None else None
         return await self._drive(obj, run)
+
+    def _parse(self, obj: Obj) -> Run:
+        """``Run.from_dict(obj)``, reusing the last parse of the same UID and resourceVersion.
+
+        A Run is reconciled several times per version (worker results, RLEG changes), and
+        the parsed :class:`Run` is immutable. One entry per Run with local state or pending
+        parse; dropped with the Run.
+
+        Raises:
+            ApiError: the object is not a valid Run.
+        """
+        uid, version = run_uid(obj), resource_version(obj)
+        cached = self._parsed.get(uid)
+        if cached is not None and cached[0] == version and version:
+            return cached[1]
+        run = Run.from_dict(obj)
+        self._parsed[uid] = (version, run)
+        return run
 
     def _current(self, cached: Obj | None) -> Obj | None:
         """The cached Run, or the object our own last write returned when the cache lags it.
@@ -412,7 +497,7 @@ class TaskLifecycle:
                 now=self._clock.now(),
             )
             if isinstance(action, NeedStatus):
-                server = await self._observe(run)
+                server = self._still_running(uid, obj) or await self._observe(run)
                 continue
             if isinstance(action, ForgetExecution):
                 await self._forget(uid)
@@ -421,6 +506,20 @@ class TaskLifecycle:
             return await self._perform(obj, run, action, server)
         log.warning("Run %s: no stable decision after %d steps", run.key, MAX_STEPS)
         return Requeue(1.0)
+
+    def _still_running(self, uid: str, obj: Obj) -> ServerView | None:
+        """The last PENDING/RUNNING answer for this version of the Run, if nothing since.
+
+        A Run is reconciled again without news about its execution (the watch delivering
+        our own write, a duplicate wake-up); the RLEG reports every change of an observed
+        execution, so until it does (or runtimed cancels, forgets or starts one), the last
+        answer stands and no Status call is needed.
+        """
+        local = self._local.get(uid)
+        if local is None or local.seen_running is None or not local.view.observed:
+            return None
+        version, view = local.seen_running
+        return view if version == resource_version(obj) else None
 
     def _local_for(self, run: Run) -> LocalRun:
         uid = run.metadata.uid
@@ -469,6 +568,8 @@ class TaskLifecycle:
         if isinstance(action, Wait):
             return Requeue(action.after) if action.after is not None else None
         if isinstance(action, Claim):
+            if not self._checks_out(run) and not self.window.try_enter(run.key, uid):
+                return None  # parked: woken when a place in the start window frees
             return await self._claim(obj, run, action.patch)
         if isinstance(action, StartExecution):
             return await self._start(obj, run, prepare=action.prepare)
@@ -476,6 +577,8 @@ class TaskLifecycle:
             local = self._local_for(run)
             local.update(observed=True, start=StartState.NONE)
             local.last_server_state = server.state if server is not None else None
+            if server is not None and server.state.active:
+                local.seen_running = (resource_version(obj), server)
             self._wake_rleg()
             return Requeue(action.after) if action.after is not None else None
         if isinstance(action, CancelExecution):
@@ -503,6 +606,7 @@ class TaskLifecycle:
             local = self._local_for(run)
             local.view = LocalView(attempt=max(1, run.status.attempt))
             local.last_server_state = None
+            local.seen_running = None
             local.timeline.restart_attempt()
             if await self._write(obj, action.patch) is None:
                 return None
@@ -530,21 +634,33 @@ class TaskLifecycle:
         self._written[uid] = (stale, written)
         return written
 
+    @staticmethod
+    def _checks_out(run: Run) -> bool:
+        source = run.spec.source
+        return source is not None and source.repo_url is not None
+
     async def _claim(self, obj: Obj, run: Run, patch: StatusPatch) -> Requeue | None:
-        written = await self._write(obj, patch)
+        written: Obj | None = None
+        try:
+            written = await self._write(obj, patch)
+        finally:
+            if written is None:  # not claimed (stale, gone, or an error): give the place back
+                self.window.leave(run.metadata.uid)
         if written is None:
             return None
-        claimed = Run.from_dict(written)
+        claimed = self._parse(written)
         self._local_for(claimed)
         self._mark(claimed.metadata.uid, "claimed")
         bound = find_condition(run.status.conditions, RunConditionType.SCHEDULED)
         if bound is not None:
             lag = (self._clock.now() - bound.last_transition_time).total_seconds()
             self.metrics.claim_lag_seconds.observe(max(0.0, lag))
-        task_log.info("claimed", extra=self._fields(claimed))
+        # progress lines are DEBUG: the terminal line carries every stage's time, and each
+        # INFO line costs a log write here and at the node (issue 6: 3 lines per Run -> 1)
+        task_log.debug("claimed", extra=self._fields(claimed))
         outcome = await self._prepare_or_fail(written, claimed)
         # the next reconciliation (on the written object, see _current) calls Status
-        return Requeue(0.0) if outcome is None else outcome
+        return _NEXT_NOW if outcome is None else outcome
 
     async def _prepare_or_fail(self, obj: Obj, run: Run) -> Requeue | None:
         """Prepare the source; a failure is applied now (``PreparationFailed``)."""
@@ -565,6 +681,7 @@ class TaskLifecycle:
                 now=self._clock.now(),
                 reentry=Reentry.IN_PLACE,
             )
+            self.window.leave(run.metadata.uid)
             if isinstance(decision, Stale):
                 return None
             return await self._apply_failure(obj, run, decision, forget=False)
@@ -616,12 +733,16 @@ class TaskLifecycle:
         fields = {"run_uid": spec.id, "attempt": attempt, "run": local.key}
         error = ""
         try:
+            self._calls["Execute"].inc()
             with trio.fail_after(self.timings.execute):
                 await self._server.execute(spec)
         except (RpcRejected, ServerUnavailable) as exc:
             error = f"Execute failed: {exc}"
         except trio.TooSlowError:
             error = f"Execute did not answer within {self.timings.execute:g}s"
+        finally:
+            self.window.leave(spec.id)
+            local.seen_running = None
         if not local.active or self._local.get(local.uid) is not local:
             if not error:
                 log.info("Run no longer active: forgetting its new execution", extra=fields)
@@ -636,8 +757,10 @@ class TaskLifecycle:
             local.update(start=StartState.SUCCEEDED)
             local.timeline.mark("executed", self._now())
             self.metrics.executions_started.inc()
-            task_log.info("execution started", extra=fields)
-            self._wake_rleg()
+            task_log.debug("execution started", extra=fields)
+            # no RLEG wake-up here: the reconciliation this enqueues calls Status, and only
+            # an execution it sees PENDING/RUNNING is handed to the RLEG (seed 003 step 5).
+            # Waking it on every start made a burst poll List about once per Run (issue 6).
         self.queue.add(local.key)
 
     async def _forget_created(self, uid: str) -> None:
@@ -675,6 +798,7 @@ class TaskLifecycle:
             local = self._local.get(uid)
             if local is not None:
                 local.last_server_state = None
+                local.seen_running = None
             return Requeue(max(0.0, decision.delay_seconds))
         self.metrics.task_runs.labels(outcome="Failed").inc()
         task_log.info(
@@ -688,6 +812,8 @@ class TaskLifecycle:
     async def _drop(self, uid: str) -> None:
         """Forget local state and the Run's files (the server holds nothing for it)."""
         self._seen_at.pop(uid, None)
+        self._parsed.pop(uid, None)
+        self.window.leave(uid)
         local = self._local.pop(uid, None)
         if local is not None:
             local.active = False
@@ -724,16 +850,17 @@ class TaskLifecycle:
     async def _rleg_loop(self) -> None:
         """Poll List while executions are observed; enqueue Runs whose execution changed.
 
-        The pace adapts: after a start or a change it polls every ``rleg_min_period``
-        seconds for :data:`RLEG_FAST_POLLS` polls (a short task's end is seen within
-        milliseconds), then each quiet poll doubles the period up to ``rleg_period`` (long
-        tasks cost little). A wake-up (a start, an observation) ends the quiet wait at once
-        but never the *floor*: two polls are at least ``rleg_min_period`` apart, and at
-        least as far apart as the last List took to answer (up to ``rleg_period``), so a
-        burst of starts does not turn into a List per start, and a loaded server or
-        runtimed is polled at most about half of the time (issue 6: under a burst, List
-        calls competed with the claims and status writes for the same two cores). The cap
-        keeps one slow answer from delaying the next poll past the slowest pace.
+        The pace adapts: after an observation or a change it polls every
+        ``rleg_min_period`` seconds for :data:`RLEG_FAST_POLLS` polls (a short task's end is
+        seen within milliseconds), then each quiet poll doubles the period up to
+        ``rleg_period`` (long tasks cost little). A wake-up (an execution seen PENDING or
+        RUNNING) ends the quiet wait at once but never the *floor*: two polls are at least
+        ``rleg_min_period`` apart, and after each List the RLEG stays quiet for
+        :data:`RLEG_LOAD_FACTOR` times the List's duration (up to ``rleg_period``), so a
+        burst of observations does not turn into a List per observation and a loaded server
+        or runtimed is polled at most about a quarter of the time (issue 6: under a burst,
+        List calls competed with the claims and status writes for the same two cores). The
+        cap keeps one slow answer from delaying the next poll past the slowest pace.
         """
         fastest, slowest = self.timings.rleg_min_period, self.timings.rleg_period
         quiet = 0
@@ -754,6 +881,7 @@ class TaskLifecycle:
             with trio.move_on_after(self.timings.rpc):
                 try:
                     self.metrics.rleg_polls.inc()
+                    self._calls["List"].inc()
                     entries = await self._server.list()
                 except (ServerUnavailable, RpcRejected) as exc:
                     log.info("RLEG List failed: %s", exc)
@@ -761,13 +889,14 @@ class TaskLifecycle:
                 await trio.sleep(UNREACHABLE_RETRY_SECONDS)
                 continue
             done = trio.current_time()
-            floor = min(max(fastest, slowest), max(fastest, done - began))
+            floor = min(max(fastest, slowest), max(fastest, RLEG_LOAD_FACTOR * (done - began)))
             quiet += 1
             for local in watched:
                 view = entries.get(local.uid)
                 state = view.state if view is not None else ExecState.NOT_FOUND
                 if state is not local.last_server_state:
                     local.last_server_state = state
+                    local.seen_running = None
                     if state.finished:
                         local.timeline.mark("finished", self._now())
                     quiet = 0
@@ -802,6 +931,7 @@ class TaskLifecycle:
         entries: dict[str, ServerView] | None = None
         with trio.move_on_after(self.timings.rpc):
             try:
+                self._calls["List"].inc()
                 entries = await self._server.list()
             except (ServerUnavailable, RpcRejected) as exc:
                 log.info("sweep: List failed: %s", exc)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import purerpc
 import pytest
 import trio
 from runtimed_servers import free_port, runtime_server
 
+from krt.grpc.client import GrpcStatusError
+from runtimed import server_channel
 from runtimed.runtime_client import (
     ExecuteSpec,
     ExecutionStillRunning,
@@ -16,6 +19,7 @@ from runtimed.runtime_client import (
     ServerUnavailable,
     parse_address,
 )
+from runtimed.server_channel import status_code_name, status_detail
 from runtimed.task_decisions import ExecState
 
 
@@ -109,3 +113,21 @@ def test_parse_address_rejects(bad: str) -> None:
 def test_parse_address() -> None:
     assert parse_address("127.0.1.5:9091") == ("127.0.1.5", 9091)
     assert parse_address("[::1]:9") == ("::1", 9)
+
+
+@pytest.mark.parametrize(
+    ("code", "error", "name"),
+    [
+        (5, purerpc.NotFoundError, "NOT_FOUND"),
+        (9, purerpc.FailedPreconditionError, "FAILED_PRECONDITION"),
+        (6, purerpc.AlreadyExistsError, "ALREADY_EXISTS"),
+        (99, purerpc.UnknownError, "UNKNOWN"),
+    ],
+)
+def test_non_ok_statuses_become_purerpc_errors(
+    code: int, error: type[purerpc.RpcFailedError], name: str
+) -> None:
+    failed = server_channel._rpc_failed(GrpcStatusError(code, "detail"))
+    assert type(failed) is error
+    assert status_code_name(failed) == name
+    assert "detail" in status_detail(failed)

@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from servers.common import executions as executions_module
 from servers.common import limits
 from servers.common.errors import Code, ContractError
 from servers.common.executions import ExecuteRequest, ExecutionManager, ExecutionState
@@ -325,3 +326,71 @@ async def test_timeout_kills_the_whole_process_group(
             break
         await trio.sleep(0.02)
     assert not _alive(child)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not executions_module._LOOP_SPAWN, reason="needs Linux pidfds")
+async def test_spawn_runs_popen_on_the_loop_and_any_number_of_tasks_may_wait(
+    tmp_path: Path,
+) -> None:
+    """Issue 6: no worker thread per task start; several tasks may wait for the exit."""
+    child = await executions_module._spawn(
+        ["/bin/sh", "-c", "read line; exit 7"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert isinstance(child, executions_module._LoopSpawned)
+    codes: list[int] = []
+
+    async def waiter() -> None:
+        codes.append(await child.wait())
+
+    async with trio.open_nursery() as nursery:  # stdin is /dev/null: `read` fails, exit 7
+        for _ in range(3):
+            nursery.start_soon(waiter)
+    assert codes == [7, 7, 7]
+    assert child.returncode == 7
+    assert child.stdout is not None
+    assert child.stderr is not None
+    await child.stdout.aclose()
+    await child.stderr.aclose()
+
+
+@pytest.mark.skipif(not executions_module._LOOP_SPAWN, reason="needs Linux pidfds")
+async def test_cancelled_waiter_hands_the_pidfd_poll_to_the_next(tmp_path: Path) -> None:
+    child = await executions_module._spawn(
+        ["/bin/sh", "-c", "sleep 0.2"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}
+    )
+    results: list[int] = []
+
+    async def second() -> None:
+        results.append(await child.wait())
+
+    async with trio.open_nursery() as nursery:
+        with trio.move_on_after(0.05):  # this waiter polls the pidfd first, then gives up
+            nursery.start_soon(second)
+            await child.wait()
+    assert results == [0]
+    assert child.stdout is not None
+    assert child.stderr is not None
+    await child.stdout.aclose()
+    await child.stderr.aclose()
+
+
+async def test_spawn_failure_raises_oserror_and_leaks_no_descriptor(tmp_path: Path) -> None:
+    before = _open_fds()
+    for argv, cwd in (([str(tmp_path / "missing")], tmp_path), (["/bin/sh"], tmp_path / "no")):
+        with pytest.raises(FileNotFoundError):
+            await executions_module._spawn(argv, cwd=cwd, env={})
+    assert _open_fds() == before
+
+
+async def test_only_a_failed_execution_logs_its_end_at_info(
+    manager: ExecutionManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="servers.executions")
+    await run(manager, id="ok", args=["-c", "pass"])
+    await run(manager, id="bad", args=["-c", "raise SystemExit(3)"])
+    ended = [r.__dict__["execution_id"] for r in caplog.records if r.msg == "execution finished"]
+    assert ended == ["bad"]

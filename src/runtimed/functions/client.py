@@ -31,7 +31,6 @@ import purerpc
 import trio
 
 from krt.kube.backoff import Backoff
-from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
 from runtimed.runtime_client import RpcRejected
 from runtimed.server_channel import ServerChannel, status_code_name, status_detail
@@ -171,7 +170,7 @@ def _error(method: str, exc: purerpc.RpcFailedError) -> FunctionRpcError:
 
 
 class FunctionRuntimeClient:
-    """The purerpc client of one Runtime Server's FunctionRuntime (a :class:`FunctionServer`).
+    """The gRPC client of one Runtime Server's FunctionRuntime (a :class:`FunctionServer`).
 
     Args:
         host: the server's host or IP.
@@ -182,7 +181,7 @@ class FunctionRuntimeClient:
     def __init__(self, host: str, port: int, *, backoff: Backoff | None = None) -> None:
         self.host = host
         self.port = port
-        self._channel = ServerChannel(host, port, runtime_grpc.FunctionRuntimeStub, backoff=backoff)
+        self._channel = ServerChannel(host, port, "FunctionRuntime", backoff=backoff)
 
     @property
     def connections(self) -> int:

@@ -1,0 +1,101 @@
+"""Tiny file steps inline, anything unbounded in a worker thread (runtimed.local_files)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtimed import local_files
+from runtimed.local_files import read_bounded, remove_tree, small_tree, write_file
+
+
+def tree(root: Path, files: int, size: int = 10) -> None:
+    (root / "work" / "sub").mkdir(parents=True)
+    for index in range(files):
+        (root / "work" / "sub" / f"f{index}").write_bytes(b"x" * size)
+
+
+@pytest.fixture
+def no_threads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record every worker-thread hand-off of local_files (and still run it)."""
+    calls: list[object] = []
+    real = trio.to_thread.run_sync
+
+    async def recording(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(fn)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(local_files.trio.to_thread, "run_sync", recording)
+    return calls
+
+
+def test_small_tree_lists_children_before_parents(tmp_path: Path) -> None:
+    tree(tmp_path / "r", 2)
+    plan = small_tree(tmp_path / "r")
+    assert plan is not None
+    seen: set[str] = set()
+    for path, is_directory in plan:
+        if is_directory:  # everything below a directory comes before it
+            assert all(p in seen for p, _ in plan if p.startswith(path + os.sep))
+        seen.add(path)
+    assert plan[-1] == (str(tmp_path / "r"), True)
+    assert small_tree(tmp_path / "absent") == []
+
+
+def test_small_tree_refuses_many_entries_or_many_bytes(tmp_path: Path) -> None:
+    tree(tmp_path / "many", local_files.INLINE_TREE_ENTRIES)
+    assert small_tree(tmp_path / "many") is None
+    tree(tmp_path / "big", 1, size=local_files.INLINE_TREE_BYTES + 1)
+    assert small_tree(tmp_path / "big") is None
+
+
+async def test_a_small_tree_is_removed_without_a_thread(
+    tmp_path: Path, no_threads: list[object]
+) -> None:
+    tree(tmp_path / "r", 3)
+    await remove_tree(tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    assert no_threads == []
+    await remove_tree(tmp_path / "r")  # idempotent
+    assert no_threads == []
+
+
+@pytest.mark.parametrize(("files", "size"), [(40, 10), (1, 2 * 1024 * 1024)])
+async def test_a_large_tree_is_removed_in_a_thread(
+    tmp_path: Path, no_threads: list[object], files: int, size: int
+) -> None:
+    tree(tmp_path / "r", files, size)
+    await remove_tree(tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    assert len(no_threads) == 1
+
+
+async def test_symlinks_are_removed_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "link").symlink_to(outside)
+    await remove_tree(tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    assert (outside / "keep").read_text() == "x"
+
+
+async def test_small_writes_and_reads_stay_inline(tmp_path: Path, no_threads: list[object]) -> None:
+    target = tmp_path / "a" / "b" / "script"
+    await write_file(target, b"exit 0\n")
+    assert await read_bounded(target, 100) == b"exit 0\n"
+    assert await read_bounded(target, 3) == b"exi"
+    assert await read_bounded(tmp_path / "none", 100) is None
+    assert no_threads == []
+    await write_file(target, b"y" * (local_files.INLINE_WRITE_BYTES + 1))
+    assert len(no_threads) == 1
+
+
+async def test_a_fifo_in_place_of_the_file_fails_instead_of_hanging(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "outputs")
+    with trio.fail_after(5), pytest.raises(OSError, match="not a regular file"):
+        await read_bounded(tmp_path / "outputs", 100)
