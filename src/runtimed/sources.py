@@ -111,6 +111,11 @@ class Workspace:
         """``<workspace>/runs``: one directory per Run UID."""
         return self.root / "runs"
 
+    def trash_dir(self) -> Path:
+        """``<workspace>/trash``: finished Runs' directories until removed
+        (:class:`runtimed.trash.Trash`)."""
+        return self.root / "trash"
+
 
 def _inline_target(work: Path, inline_path: str) -> Path:
     pure = PurePosixPath(inline_path)

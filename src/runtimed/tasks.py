@@ -97,6 +97,7 @@ from runtimed.task_decisions import (
     decide_release,
     decide_task,
 )
+from runtimed.trash import Trash
 
 __all__ = [
     "KubeStatusWriter",
@@ -238,6 +239,7 @@ class TaskLifecycle:
         self._writer = writer
         self._server = server
         self.workspace = workspace
+        self.trash = Trash(workspace.trash_dir())
         self._clock = clock
         self.metrics = metrics or RuntimedMetrics()
         self._events = events or NullEventSink()
@@ -314,6 +316,7 @@ class TaskLifecycle:
         """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self.trash.run)
             await nursery.start(self._run_queue)
             await self.sweep()
             nursery.start_soon(self._rleg_loop)
@@ -817,7 +820,13 @@ class TaskLifecycle:
         local = self._local.pop(uid, None)
         if local is not None:
             local.active = False
-        await remove_run_files(self.workspace.files(uid))
+        await self._remove_files(uid)
+
+    async def _remove_files(self, uid: str) -> None:
+        """Move the Run's directory to the trash (emptied when quiet), else remove it now."""
+        files = self.workspace.files(uid)
+        if not self.trash.discard(files.root):
+            await remove_run_files(files)
 
     async def _release(self, local: LocalRun) -> float | None:
         """Let go of a Run that is gone, terminal or not ours; seconds to look again or None."""
@@ -956,7 +965,7 @@ class TaskLifecycle:
 
         for name in await trio.to_thread.run_sync(stray):
             if name not in entries and not self._is_live_here(name):
-                await remove_run_files(self.workspace.files(name))
+                await self._remove_files(name)
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -477,3 +477,15 @@ async def test_concurrent_first_requests_share_one_pool(
     finally:
         await kube.aclose()
     assert pool.closed
+
+
+async def test_idle_connections_outlive_a_quiet_spell_between_bursts(kube: Kube) -> None:
+    """A burst's connections are kept for the next burst a few seconds later (httpx's 5 s
+    expiry made a task burst after a quiet pool pay a TLS handshake per writer), and the
+    client lets go of them before localkube's server-side idle timeout would."""
+    from krt.kube.client import IDLE_CONNECTION_SECONDS
+    from localkube.http_server import KEEP_ALIVE_SECONDS
+
+    pool = await kube._transport.pool()
+    assert pool._keepalive_expiry == IDLE_CONNECTION_SECONDS
+    assert 30.0 <= IDLE_CONNECTION_SECONDS < KEEP_ALIVE_SECONDS

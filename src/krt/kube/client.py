@@ -76,6 +76,13 @@ DEFAULT_SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount
 #: Page size for :meth:`Kube.list` (objects per request; Kubernetes' own default is unbounded).
 DEFAULT_PAGE_SIZE = 500
 
+#: Seconds an idle API server connection is kept for reuse. httpx's 5 s default closed the
+#: connections a component opened in one burst before the next (issue 6: a task burst after
+#: a quiet pool paid a TLS handshake per status writer); client-go keeps them 90 s. Kept
+#: below localkube's 75 s server-side idle timeout, so the client closes first and a write
+#: never races the server closing its connection.
+IDLE_CONNECTION_SECONDS = 60.0
+
 WATCH_EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 #: ``User-Agent`` of every request.
@@ -220,6 +227,7 @@ async def _open_pool(api: Any) -> Http11Pool:
             server_hostname=auth.tls_server_name,
             proxy=proxy,
             proxy_authorization=proxy_authorization,
+            keepalive_expiry=IDLE_CONNECTION_SECONDS,
         )
     except ValueError as exc:
         raise ConfigError(f"API server or proxy address: {exc}") from exc
