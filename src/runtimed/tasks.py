@@ -1063,13 +1063,11 @@ class TaskLifecycle:
 class KubeStatusWriter:
     """:class:`StatusWriter` over the API: ``write_status`` on the Runs resource.
 
-    At most ``concurrency`` writes are in flight. httpcore (kr8s's httpx pool) closes an
-    idle connection whenever the client holds more than 20 connections *in total*, watches
-    included (encode/httpcore#1000): past that, every request opens and TLS-handshakes a
-    fresh connection, at the API server's expense. runtimed's watches and other loops hold
-    a few connections, so its writes stay well under the limit (issue 6 measured 9-12
-    connections for 50 writes per runtimed in a burst; the limiter's wait was under 10 ms
-    at p95 while each write took hundreds of ms at the loaded API server).
+    At most ``concurrency`` writes are in flight, so a burst of claims and terminal writes
+    holds at most that many API server connections (each kept alive for the next burst by
+    the client's pool, :mod:`krt.kube.http11`) and queues here rather than at a loaded API
+    server (issue 6 measured the limiter's wait under 10 ms at p95 while each write took
+    hundreds of ms at the API server).
 
     Args:
         kube: the client.
