@@ -71,12 +71,14 @@ class Benchmark:
         title: what it measures, for the report.
         limit_s: time limit of a full run, in seconds.
         script: the script path; defaults to ``bench/<name>.py``.
+        args: extra command-line arguments for the script.
     """
 
     name: str
     title: str
     limit_s: float
     script: Path | None = None
+    args: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -91,7 +93,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("schedule", "scheduler Pending -> Scheduled (issue 5)", 400),
     Benchmark("task_runs", "task Runs end to end on localkube (issue 6)", 500),
     Benchmark("function_ready", "function Run create -> Ready (issue 7)", 300),
-    Benchmark("invoke", "gateway invoke vs bare HTTPS echo (issue 8)", 300),
+    Benchmark(
+        "invoke",
+        "invoke through gateway, runtimed and the Python Runtime Server vs bare HTTPS echo "
+        "(issue 8)",
+        300,
+        args=("--full",),
+    ),
     Benchmark("kube_client", "Kubernetes client CPU per request vs kr8s path (issues 6, 8)", 180),
 )
 
@@ -299,7 +307,13 @@ async def run_benchmark(benchmark: Benchmark, *, quick: bool, limit_s: float) ->
     with tempfile.TemporaryDirectory(prefix=f"krt-bench-{benchmark.name}-") as tmp:
         figures_path = Path(tmp) / "figures.json"
         stderr_path = Path(tmp) / "stderr.txt"
-        argv = [sys.executable, str(benchmark.path), "--report-json", str(figures_path)]
+        argv = [
+            sys.executable,
+            str(benchmark.path),
+            *benchmark.args,
+            "--report-json",
+            str(figures_path),
+        ]
         if quick:
             argv.append("--quick")
         with trio.move_on_after(limit_s) as scope:

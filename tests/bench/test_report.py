@@ -248,3 +248,25 @@ def test_quick_pod_start_end_to_end(tmp_path: Path) -> None:
     rows = _rows(text)
     assert rows[0].startswith("| `pod_start` | Pod start median (3 Pods) | ")
     assert any("< 1,000 ms: " in row for row in rows)
+
+
+async def test_a_benchmarks_own_arguments_come_before_the_report_arguments(
+    report: ModuleType, tmp_path: Path
+) -> None:
+    """The invoke benchmark's figures are the full path's (``--full``): the report must
+    pass a benchmark's own arguments."""
+    script = _script(
+        tmp_path,
+        "import json, sys\n"
+        "path = sys.argv[sys.argv.index('--report-json') + 1]\n"
+        "json.dump([{'figure': ' '.join(sys.argv[1:3]), 'value': 1, 'unit': 'x'}],"
+        " open(path, 'w'))\n",
+    )
+    outcome = await report.run_benchmark(
+        report.Benchmark("fake", "args", 30, script=script, args=("--full",)),
+        quick=False,
+        limit_s=30,
+    )
+    assert outcome.status is report.Status.OK
+    assert outcome.figures[0].figure.startswith("--full --report-json")
+    assert ("--full",) == next(b.args for b in report.BENCHMARKS if b.name == "invoke")
