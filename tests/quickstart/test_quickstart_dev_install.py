@@ -53,6 +53,27 @@ def test_container_problem_tells_crash_loops_and_unrunnable_images_from_starting
     assert problem == ("c", "cannot start (no such file)")
 
 
+def test_restarts_from_before_the_wait_do_not_count_as_a_crash_loop() -> None:
+    """A resumed cluster's Pods carry the restarts of earlier sessions (each node restart adds
+    one): ``krt dev up`` must not call a running container crash-looping for them."""
+    tracker = ReadinessTracker(pods_dir=None)
+    resumed = {**pod_meta(uid="old"), **status(restartCount=7, state={"running": {}})}
+    assert container_problem(resumed, restarts_before=tracker.restarts_before(resumed)) is None
+    assert container_problem(resumed) is not None  # counted from zero it would look crashing
+    once_more = {**pod_meta(uid="old"), **status(restartCount=8, state={"running": {}})}
+    assert container_problem(once_more, restarts_before=tracker.restarts_before(once_more)) is None
+    crashing = {
+        **pod_meta(uid="old"),
+        **status(restartCount=9, lastState={"terminated": {"exitCode": 1}}, state={"running": {}}),
+    }
+    assert container_problem(crashing, restarts_before=tracker.restarts_before(crashing)) == (
+        "c",
+        "keeps exiting (restarted 9x, last exit code 1)",
+    )
+    fresh = {**pod_meta(uid="new"), **status(restartCount=2, state={"running": {}})}
+    assert container_problem(fresh, restarts_before=tracker.restarts_before(fresh)) is None
+
+
 def pod_meta(name: str = "p", namespace: str = "ns", uid: str = "u1") -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
 

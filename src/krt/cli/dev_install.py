@@ -81,7 +81,10 @@ GATEWAY_CA_CONFIGMAP: Final = "kruntimes-gateway-ca"
 POLL_SECONDS: Final = 0.5
 #: Seconds between repeated progress lines while nothing changes.
 PROGRESS_REPEAT_SECONDS: Final = 5.0
-#: A container restarted this many times is crash-looping, not starting.
+#: A container restarted this many times while ``krt dev up`` waits is crash-looping, not
+#: starting. Counted from the first restartCount the wait sees: a resumed cluster's Pods
+#: carry the restarts of earlier sessions (every node restart adds one), which say nothing
+#: about the container now.
 CRASH_RESTARTS: Final = 2
 #: Waiting reasons that will not go away by waiting (the image cannot run at all).
 FATAL_WAITING: Final = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
@@ -136,11 +139,32 @@ class ReadinessTracker:
         pods_dir: the node's Pod directory (logs), or None when unknown.
         pending: component label -> its last progress text, for parts not ready yet.
         logs: component label -> log file of one of its Pods (the latest run).
+        first_restarts: ``(Pod UID, container name) -> restartCount`` when the wait first
+            saw the container: the baseline :func:`container_problem` counts restarts from.
     """
 
     pods_dir: Path | None
     pending: dict[str, str] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
+    first_restarts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def restarts_before(self, pod: Mapping[str, Any]) -> dict[str, int]:
+        """The baseline restart count of each container of ``pod`` (recorded at first sight).
+
+        Args:
+            pod: a Pod object as listed.
+
+        Returns:
+            ``container name -> restartCount`` the first time this wait saw that container
+            of this Pod (a new Pod UID starts a new baseline).
+        """
+        uid = str((pod.get("metadata") or {}).get("uid"))
+        baseline = {}
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            name = str(status.get("name"))
+            count = int(status.get("restartCount") or 0)
+            baseline[name] = self.first_restarts.setdefault((uid, name), count)
+        return baseline
 
     def summary(self) -> str:
         """One line per part that is not ready, with its log path when known."""
@@ -312,14 +336,24 @@ def latest_log(pods_dir: Path, pod: Mapping[str, Any], container: str) -> Path |
     return max(runs)[1] if runs else None
 
 
-def container_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+def container_problem(
+    pod: Mapping[str, Any], *, restarts_before: Mapping[str, int] | None = None
+) -> tuple[str, str] | None:
     """A container of ``pod`` that will not become ready by waiting, or None.
+
+    Args:
+        pod: a Pod object as listed.
+        restarts_before: ``container name -> restartCount`` already counted before the
+            wait began (:meth:`ReadinessTracker.restarts_before`); only restarts beyond it
+            count towards :data:`CRASH_RESTARTS`. None: count every restart.
 
     Returns:
         ``(container name, what is wrong)`` for a container that crash-loops (restarted
-        :data:`CRASH_RESTARTS` times or in ``CrashLoopBackOff``) or whose image cannot run
-        (:data:`FATAL_WAITING`, or ``StartError``: the command cannot be executed).
+        :data:`CRASH_RESTARTS` times during the wait, or in ``CrashLoopBackOff``) or whose
+        image cannot run (:data:`FATAL_WAITING`, or ``StartError``: the command cannot be
+        executed).
     """
+    before = restarts_before or {}
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     for status in statuses:
         name = str(status.get("name"))
@@ -331,7 +365,7 @@ def container_problem(pod: Mapping[str, Any]) -> tuple[str, str] | None:
             why = waiting.get("message") or last.get("message") or reason or "StartError"
             return name, f"cannot start ({why})"
         restarts = int(status.get("restartCount") or 0)
-        if reason == "CrashLoopBackOff" or restarts >= CRASH_RESTARTS:
+        if reason == "CrashLoopBackOff" or restarts - before.get(name, 0) >= CRASH_RESTARTS:
             code = last.get("exitCode")
             exit_text = f", last exit code {code}" if code is not None else ""
             return name, f"keeps exiting (restarted {restarts}x{exit_text})"
@@ -406,7 +440,7 @@ async def _check(
                 log = latest_log(tracker.pods_dir, pod, str(status.get("name")))
                 if log is not None and (part.label not in tracker.logs or not _pod_ready(pod)):
                     tracker.logs[part.label] = log
-        problem = container_problem(pod)
+        problem = container_problem(pod, restarts_before=tracker.restarts_before(pod))
         if problem is not None:
             container, what = problem
             log = latest_log(tracker.pods_dir, pod, container) if tracker.pods_dir else None
