@@ -177,38 +177,42 @@ class GatewayApp:
         # metrics and the log line come first, so they are complete once the client has its
         # response (the latency excludes writing the response to the socket)
         elapsed = trio.current_time() - start
-        invocation_log = InvocationLog(log, fields)
+        # the line's fields are built only when INFO is on (not per request below the level)
+        invocation_log = InvocationLog(log, fields) if log.isEnabledFor(logging.INFO) else None
         duration_ms = round(elapsed * 1000, 3)
         if error is not None:
             self._metrics.record(error.status, elapsed)
-            invocation_log.info(
-                "invoke rejected" if error.status < 500 else "invoke failed",
-                extra={
-                    "code": error.status,
-                    "reason": error.reason,
-                    "error": error.message[:500],
-                    "duration_ms": duration_ms,
-                },
-            )
+            if invocation_log is not None:
+                invocation_log.info(
+                    "invoke rejected" if error.status < 500 else "invoke failed",
+                    extra={
+                        "code": error.status,
+                        "reason": error.reason,
+                        "error": error.message[:500],
+                        "duration_ms": duration_ms,
+                    },
+                )
             await self._send_error(send, error, invocation_id, body)
         elif result is not None:
             self._metrics.record(200, elapsed)
-            invocation_log.info(
-                "invoked",
-                extra={
-                    "code": 200,
-                    "output_bytes": len(result.output),
-                    "duration_ms": duration_ms,
-                    "upstream_ms": upstream_ms,
-                },
-            )
+            if invocation_log is not None:
+                invocation_log.info(
+                    "invoked",
+                    extra={
+                        "code": 200,
+                        "output_bytes": len(result.output),
+                        "duration_ms": duration_ms,
+                        "upstream_ms": upstream_ms,
+                    },
+                )
             await self._send_result(send, result, invocation_id)
         else:
             self._metrics.record(CLIENT_CLOSED_CODE, elapsed)
-            invocation_log.info(
-                "client disconnected; invocation cancelled",
-                extra={"code": int(CLIENT_CLOSED_CODE), "duration_ms": duration_ms},
-            )
+            if invocation_log is not None:
+                invocation_log.info(
+                    "client disconnected; invocation cancelled",
+                    extra={"code": int(CLIENT_CLOSED_CODE), "duration_ms": duration_ms},
+                )
 
     @staticmethod
     def _route(scope: Scope) -> FunctionEndpointRef:

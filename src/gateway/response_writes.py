@@ -11,12 +11,19 @@ arrives, and then immediately writes both, separately.
 :func:`install` makes the head wait for the next h11 event of the same response (the body,
 or the end of a body-less response) and go out in the same write, and skips the empty write
 hypercorn makes for the end of a ``Content-Length`` body. The bytes on the wire are
-unchanged; only their grouping into writes differs. Nothing else of hypercorn changes.
+unchanged; only their grouping into writes differs.
+
+The connection's write itself (``TCPServer.protocol_send``) takes a ``trio.Lock`` so that
+writes never interleave; acquiring it is a checkpoint, one more pass of trio's scheduler
+per response although the lock is free every time but when two writers really overlap.
+:func:`install` wraps that method so a free lock is taken without the checkpoint
+(``acquire_nowait``; a trio lock that is free has no waiters); a held lock is waited for
+as before. The write is hypercorn's, shielded from cancellation as hypercorn does.
 
 hypercorn offers no hook for this, so the one method that turns h11 events into writes is
-replaced, for the pinned hypercorn 0.17 only (pyproject.toml); with another version
-:func:`install` leaves hypercorn alone and returns ``False`` (responses then take two
-writes, which is slower but correct).
+replaced (and the write wrapped), for the pinned hypercorn 0.17 only (pyproject.toml);
+with another version :func:`install` leaves hypercorn alone and returns ``False``
+(responses then take two writes, which is slower but correct).
 """
 
 from __future__ import annotations
@@ -25,12 +32,15 @@ import importlib.metadata
 from typing import Any, Final
 
 import h11
-from hypercorn.events import RawData
+import trio
+from hypercorn.events import Closed, RawData
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.trio.tcp_server import TCPServer
 
 #: The hypercorn release series whose ``H11Protocol._send_h11_event`` this replaces.
 SUPPORTED_SERIES: Final = "0.17."
 _HEAD: Final = "_krt_response_head"
+_stock_protocol_send: Final = TCPServer.protocol_send
 
 
 async def _send_h11_event(self: Any, event: Any) -> None:
@@ -59,6 +69,27 @@ async def _send_h11_event(self: Any, event: Any) -> None:
         await self.send(RawData(data=data))
 
 
+async def _protocol_send(self: Any, event: Any) -> None:
+    """hypercorn's ``TCPServer.protocol_send``, taking a free send lock without a checkpoint.
+
+    Args:
+        self: the ``TCPServer`` of one connection.
+        event: what the protocol wants done (write bytes, close, idle/busy).
+    """
+    lock: trio.Lock = self.send_lock
+    if type(event) is not RawData or lock.locked():
+        await _stock_protocol_send(self, event)
+        return
+    lock.acquire_nowait()
+    try:
+        with trio.CancelScope(shield=True):
+            await self.stream.send_all(event.data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        await self.protocol.handle(Closed())
+    finally:
+        lock.release()
+
+
 def install() -> bool:
     """Make hypercorn write each response head together with what follows it (idempotent).
 
@@ -71,4 +102,5 @@ def install() -> bool:
     if not importlib.metadata.version("hypercorn").startswith(SUPPORTED_SERIES):
         return False
     H11Protocol._send_h11_event = _send_h11_event  # type: ignore[method-assign]
+    TCPServer.protocol_send = _protocol_send  # type: ignore[method-assign]
     return True

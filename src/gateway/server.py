@@ -34,6 +34,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from gateway.app import GatewayApp
 from gateway.disconnects import install as install_disconnect_signals
 from gateway.invoke import Invoker
+from gateway.keep_alive import install as install_keep_alive_timers
 from gateway.metrics import GatewayMetrics
 from gateway.pool import DEFAULT_CONNECT_TIMEOUT_SECONDS, open_channel_pool
 from gateway.response_writes import install as install_response_writes
@@ -172,6 +173,8 @@ async def serve_gateway(
         log.warning("hypercorn is not 0.17.x: each response head takes a write of its own")
     if not install_disconnect_signals():
         log.warning("hypercorn is not 0.17.x: each invoke watches for disconnects in a task")
+    if not install_keep_alive_timers():
+        log.warning("hypercorn is not 0.17.x: each request restarts a keep-alive timer task")
     async with open_channel_pool(
         config.resolver,
         ssl_context=config.upstream_ssl,

@@ -128,3 +128,61 @@ async def test_install_makes_hypercorn_fire_the_signal_and_deliver_every_message
         assert cancelled.cancel_called
     assert [m["type"] for m in received] == ["http.request", "http.disconnect"]
     assert scopes[0] is scope
+
+
+async def test_messages_move_without_checkpoints_while_the_queue_has_room() -> None:
+    assert disconnects.install()
+    received: list[dict[str, Any]] = []
+    app_may_read = trio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any, *_: Any) -> None:
+        await app_may_read.wait()
+        with trio.testing.assert_no_checkpoints():  # both messages are waiting already
+            received.append(await receive())
+            received.append(await receive())
+        received.append(await receive())  # the queue is empty: this one waits
+
+    async def send(message: Any) -> None:
+        pass
+
+    config = Config()
+    async with TaskGroup() as group:
+        put = await group.spawn_app(app, config, {"type": "http", "extensions": {}}, send)
+        with trio.testing.assert_no_checkpoints():
+            await put({"type": "http.request", "body": b"{", "more_body": True})
+            await put({"type": "http.request", "body": b"}", "more_body": False})
+        app_may_read.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(received) == 2
+        await put({"type": "http.disconnect"})
+    assert [m.get("body") for m in received] == [b"{", b"}", None]
+    assert received[2]["type"] == "http.disconnect"
+
+
+async def test_a_full_queue_makes_put_wait_for_the_app(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    assert disconnects.install()
+    release = trio.Event()
+    received: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any, *_: Any) -> None:
+        await release.wait()
+        for _ in range(3):
+            received.append((await receive())["body"])
+
+    async def send(message: Any) -> None:
+        pass
+
+    config = Config()
+    config.max_app_queue_size = 2
+    async with TaskGroup() as group:
+        put = await group.spawn_app(app, config, {"type": "http", "extensions": {}}, send)
+        await put({"type": "http.request", "body": b"1", "more_body": True})
+        await put({"type": "http.request", "body": b"2", "more_body": True})
+        with trio.move_on_after(1) as blocked:
+            await put({"type": "http.request", "body": b"3", "more_body": False})
+        assert blocked.cancelled_caught  # back-pressure: the third waits for the app
+        release.set()
+        await put({"type": "http.request", "body": b"3", "more_body": False})
+    assert received == [b"1", b"2", b"3"]

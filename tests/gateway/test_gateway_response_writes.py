@@ -6,10 +6,13 @@ from typing import Any
 
 import h11
 import pytest
+import trio
+import trio.testing
 from hypercorn.config import Config
-from hypercorn.events import RawData
+from hypercorn.events import Closed, RawData
 from hypercorn.protocol.events import Body, EndBody, Response
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
 from gateway.response_writes import install
@@ -100,3 +103,63 @@ def test_another_hypercorn_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(response_writes.importlib.metadata, "version", lambda _name: "0.18.0")
     assert not install()
     assert H11Protocol._send_h11_event is not original
+
+
+class FakeStream:
+    """A transport that records writes (no checkpoint) or fails them."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.writes: list[bytes] = []
+        self.error = error
+
+    async def send_all(self, data: bytes) -> None:
+        if self.error is not None:
+            raise self.error
+        self.writes.append(data)
+
+
+class FakeProtocol:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def handle(self, event: Any) -> None:
+        self.events.append(event)
+
+
+def bare_server(stream: FakeStream) -> Any:
+    """A TCPServer with just what ``protocol_send`` uses (no socket, no app)."""
+    server = TCPServer.__new__(TCPServer)
+    server.send_lock = trio.Lock()
+    server.stream = stream  # type: ignore[assignment]
+    server.protocol = FakeProtocol()  # type: ignore[assignment]
+    return server
+
+
+async def test_a_write_with_the_send_lock_free_takes_no_checkpoint() -> None:
+    assert install()
+    server = bare_server(FakeStream())
+    with trio.testing.assert_no_checkpoints():
+        await server.protocol_send(RawData(data=b"HTTP/1.1 200 OK\r\n\r\n"))
+    assert server.stream.writes == [b"HTTP/1.1 200 OK\r\n\r\n"]
+    assert not server.send_lock.locked()
+
+
+async def test_a_write_waits_while_another_holds_the_send_lock() -> None:
+    assert install()
+    server = bare_server(FakeStream())
+    async with trio.open_nursery() as nursery:
+        await server.send_lock.acquire()
+        nursery.start_soon(server.protocol_send, RawData(data=b"second"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert server.stream.writes == []  # waiting for the lock
+        server.stream.writes.append(b"first")
+        server.send_lock.release()
+    assert server.stream.writes == [b"first", b"second"]
+
+
+async def test_a_broken_transport_closes_the_protocol_and_frees_the_lock() -> None:
+    assert install()
+    server = bare_server(FakeStream(trio.BrokenResourceError()))
+    await server.protocol_send(RawData(data=b"x"))
+    assert [type(event) for event in server.protocol.events] == [Closed]
+    assert not server.send_lock.locked()
