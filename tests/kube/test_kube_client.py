@@ -17,7 +17,7 @@ from proxy_fake import connect_proxy
 
 from krt.kube import errors
 from krt.kube.client import ConfigError, Kube, connect
-from krt.kube.http11 import Http11Pool
+from krt.kube.http11 import Http11Pool, parse_origin
 from krt.kube.resources import LEASES, NAMESPACES, PODS, SELFSUBJECTACCESSREVIEWS, ResourceRef
 from localkube.apiserver import ApiServerHandle
 
@@ -416,21 +416,46 @@ async def test_kubeconfig_proxy_url_is_tunnelled(
         assert proxy.authorizations == ["Basic " + base64.b64encode(b"me:s@cret").decode()]
 
 
-async def test_https_proxy_environment_is_honoured_unless_no_proxy(
+async def test_https_proxy_environment_never_proxies_a_loopback_api_server(
     apiserver: ApiServerHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``HTTPS_PROXY`` tunnels the requests (as kr8s's httpx session did); ``NO_PROXY`` exempts."""
+    """Like kubectl (Go's httpproxy), a machine-wide ``HTTPS_PROXY`` is not used for a local
+    cluster, with or without ``NO_PROXY`` (a kubeconfig ``proxy-url`` still is, above)."""
     async with connect_proxy() as proxy:
         monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
-        for no_proxy, tunnelled in (("", 1), ("localhost,127.0.0.0/8", 0)):
+        for no_proxy in ("", "example.com"):
             monkeypatch.setenv("NO_PROXY", no_proxy)
-            proxy.tunnels.clear()
             kube = await connect(kubeconfig=apiserver.kubeconfig_path)
             try:
                 await kube.get(NAMESPACES, "default")
             finally:
                 await kube.aclose()
-            assert len(proxy.tunnels) == tunnelled
+        assert proxy.tunnels == []
+
+
+@pytest.mark.parametrize(
+    ("server", "no_proxy", "proxied"),
+    [
+        ("https://api.example.com:6443", "", True),
+        ("https://api.example.com:6443", "example.com", False),
+        ("https://10.96.0.1", "", True),
+        ("https://10.96.0.1", "10.0.0.0/8", False),
+        ("https://127.0.0.1:6443", "", False),
+        ("https://127.3.4.5:6443", "", False),
+        ("https://localhost:6443", "", False),
+        ("https://[::1]:6443", "", False),
+        ("http://api.example.com", "", False),  # HTTPS_PROXY is for https servers
+    ],
+)
+def test_https_proxy_environment_applies_to_remote_https_servers_unless_no_proxy(
+    server: str, no_proxy: str, proxied: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from krt.kube.client import _environment_proxy
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example.com:3128")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    got = _environment_proxy(parse_origin(server))
+    assert got == ("http://proxy.example.com:3128" if proxied else None)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 import h11
 import pytest
@@ -284,6 +285,38 @@ async def test_refused_is_a_transport_error() -> None:
     await pool.aclose()
     with pytest.raises(TransportError, match="closed"):
         await pool.request("GET", "/", [])
+
+
+async def test_a_server_that_accepts_and_never_answers_fails_the_request_in_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A frozen API server (or a port that accepts and stays silent) must not hang every
+    request: opening the connection (TCP + TLS handshake) is bounded, as client-go's is."""
+    ca = trustme.CA()
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, host="127.0.0.1"), silent, 0)
+        port = listeners[0].socket.getsockname()[1]
+        pool = Http11Pool(
+            parse_origin(f"https://127.0.0.1:{port}"), ssl_context=context, connect_timeout=10
+        )
+        start = trio.current_time()
+        with pytest.raises(TransportError, match=r"no answer within 10 s \(TCP connect and TLS"):
+            await pool.request("GET", "/version", [])
+        assert trio.current_time() - start == pytest.approx(10, abs=0.1)
+        assert pool.active_connections == 0
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+
+
+def test_connect_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="connect_timeout"):
+        Http11Pool(parse_origin("http://127.0.0.1:1"), ssl_context=None, connect_timeout=0)
 
 
 def _chunk(data: bytes) -> bytes:

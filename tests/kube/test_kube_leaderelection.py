@@ -132,6 +132,29 @@ async def test_slow_renewal_cancels_leading_at_the_deadline(
     assert end == pytest.approx(2.0 + 10.0)  # last renew sent at 2 s + renew_deadline
 
 
+async def test_an_acquire_answered_after_the_renew_deadline_does_not_start_leading(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A stalled API server (25 s) must not make a candidate lead on a write sent longer
+    than renew_deadline ago, only to stop at once: the attempt is cut at the deadline and
+    a fresh one, once the server answers again, starts a term that lasts."""
+    store = ObjectStore()
+    client = FakeKube(store, "a", latency=25.0)
+    a = elector(client, "a")
+    intervals: list[Interval] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(a.run, recorder(intervals, "a")))
+        await trio.sleep(12)
+        assert not a.is_leader  # the first attempt was cut at 10 s
+        client.latency = 0.0
+        await trio.sleep(20)
+        assert a.is_leader
+        nursery.cancel_scope.cancel()
+    assert len(intervals) == 1  # one term, not a flap of a term that ends at once
+    assert a.terms == 1
+    assert intervals[0][1] <= 10.0 + 2.0 * 1.2 + 25.0  # the next attempt answers promptly
+
+
 async def test_leading_returning_releases_and_hands_over(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -234,14 +234,30 @@ async def _open_pool(api: Any) -> Http11Pool:
 
 
 def _environment_proxy(origin: Origin) -> str | None:
-    """``HTTPS_PROXY`` (or ``ALL_PROXY``) for an https server not exempted by ``NO_PROXY``."""
+    """``HTTPS_PROXY`` (or ``ALL_PROXY``) for an https server not exempted by ``NO_PROXY``.
+
+    Like Go's ``httpproxy`` (client-go, kubectl), a loopback server (``localhost``,
+    127.0.0.0/8, ``::1``) is never proxied: a machine-wide proxy setting must not send
+    requests for a local cluster to the proxy.
+    """
     proxies = urllib.request.getproxies_environment()
     url = proxies.get("https") or proxies.get("all")
-    if not url or not origin.tls:
+    if not url or not origin.tls or _is_loopback(origin.host):
         return None
     if _no_proxy(origin.host, proxies.get("no", "")):
         return None
     return url
+
+
+def _is_loopback(host: str) -> bool:
+    """``localhost`` (or a name under it) or a loopback address."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _no_proxy(host: str, no_proxy: str) -> bool:

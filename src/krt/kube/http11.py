@@ -26,7 +26,10 @@ the server before any response byte is retried once on a new connection; other m
 are not retried (the server may have acted on them).
 
 Errors: every transport failure (refused, reset, TLS, a malformed response) raises
-:class:`TransportError`. Time: no timeouts here; callers use trio cancel scopes.
+:class:`TransportError`. Time: opening a connection (TCP connect, proxy ``CONNECT``, TLS
+handshake) is bounded by ``connect_timeout`` seconds, as client-go bounds its dial and TLS
+handshake, so a server that accepts and never answers (or is frozen) fails the request
+instead of hanging it; everything after that is bounded by the callers' trio cancel scopes.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ RECEIVE_BYTES: Final = 65536
 #: httpx's defaults, which the kr8s session used before this pool.
 DEFAULT_MAX_CONNECTIONS: Final = 100
 DEFAULT_KEEPALIVE_EXPIRY: Final = 5.0
+#: Seconds to open a connection (TCP, proxy tunnel, TLS handshake); client-go's TLS
+#: handshake timeout.
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 
 _RETRYABLE_METHODS: Final = frozenset({"GET", "HEAD"})
 _TOKEN_CHARS: Final = frozenset(
@@ -295,11 +301,14 @@ class Http11Pool:
         server_hostname: the TLS server name (SNI and certificate check); default the host.
         max_connections: connections open at once (in use or idle); more callers wait.
         keepalive_expiry: seconds an idle connection is kept before it is closed.
+        connect_timeout: seconds (> 0) to open a connection: TCP connect, proxy tunnel and
+            TLS handshake together.
         proxy: an ``http://`` proxy to tunnel through (HTTP ``CONNECT``), or None.
         proxy_authorization: the ``Proxy-Authorization`` value for ``CONNECT``, or None.
 
     Raises:
-        ValueError: ``https`` without a context, a limit below 1 / expiry below 0, or a
+        ValueError: ``https`` without a context, a limit below 1 / expiry below 0 /
+            connect timeout not above 0, or a
             proxy for an ``http`` origin or an ``https`` proxy (neither is supported).
     """
 
@@ -311,6 +320,7 @@ class Http11Pool:
         server_hostname: str | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         proxy: Origin | None = None,
         proxy_authorization: str | None = None,
     ) -> None:
@@ -322,6 +332,9 @@ class Http11Pool:
             raise ValueError("an https origin needs an ssl_context")
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        if connect_timeout <= 0:
+            raise ValueError(f"connect_timeout must be > 0 seconds, got {connect_timeout}")
+        self._connect_timeout = connect_timeout
         if keepalive_expiry < 0:
             raise ValueError(f"keepalive_expiry must be >= 0 seconds, got {keepalive_expiry}")
         self.origin = origin
@@ -488,6 +501,16 @@ class Http11Pool:
             raise
 
     async def _connect(self) -> _Connection:
+        with trio.move_on_after(self._connect_timeout):
+            return await self._open()
+        via = f" via proxy {self.proxy.authority}" if self.proxy is not None else ""
+        steps = "TCP connect and TLS handshake" if self.origin.tls else "TCP connect"
+        raise TransportError(
+            f"cannot connect to {self.origin.authority}{via}: no answer within "
+            f"{self._connect_timeout:g} s ({steps})"
+        )
+
+    async def _open(self) -> _Connection:
         if self.proxy is None:
             tcp = await trio.open_tcp_stream(self.origin.host, self.origin.port)
         else:

@@ -214,12 +214,30 @@ class LeaderElector:
     # -- phases --------------------------------------------------------------------------
 
     async def _acquire(self) -> None:
-        """Return once we hold the Lease (``_last_renew`` = sending time of that write)."""
+        """Return once we hold the Lease (``_last_renew`` = sending time of that write).
+
+        Each attempt is bounded by ``renew_deadline`` (as each renewal is): an attempt
+        answered later would start leading on a write whose renew deadline has already
+        passed, only to stop at once (and, with a rival, on a Lease it may have lost).
+        An attempt cut short counts as failed; the next one reads the Lease afresh.
+        """
         while True:
             sent = trio.current_time()
-            if await self._attempt() is _Attempt.HELD:
+            outcome = _Attempt.FAILED
+            with trio.move_on_after(self.renew_deadline):
+                outcome = await self._attempt()
+            if outcome is _Attempt.HELD:
                 self._last_renew = sent
                 return
+            if trio.current_time() - sent >= self.renew_deadline:
+                self._lease = None
+                log.info(
+                    "lease %s/%s: attempt by %s got no answer within %s s",
+                    self.namespace,
+                    self.name,
+                    self.identity,
+                    self.renew_deadline,
+                )
             await self._sleep_retry()
 
     async def _keep_renewing(self) -> None:
