@@ -450,6 +450,11 @@ class Store:
     ) -> dict[str, Any]:
         """Replace an object and stamp a new resourceVersion. Takes ownership of ``obj``.
 
+        An update that changes nothing (``obj`` equals the stored object but for its
+        resourceVersion) is not written, as in Kubernetes: the stored object is returned
+        with its resourceVersion and no watch event is sent (``kubectl`` then says
+        "(no change)").
+
         Args:
             key: the object's key. obj: the new object.
             expected_revision: the resourceVersion the caller read; None for unconditional.
@@ -465,6 +470,8 @@ class Store:
             expected_revision
         ):
             raise Conflict(key)
+        if _same_but_version(obj, old):
+            return old
         return self._commit("MODIFIED", key, obj, old).obj
 
     def delete(
@@ -622,3 +629,24 @@ def open_store(state_dir: Path | None, *, history_limit: int = 10_000) -> Store:
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {state_dir / 'localkube.db'}: {exc}") from exc
     return Store(backend, history_limit=history_limit)
+
+
+def _same_but_version(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether ``new`` equals ``old`` apart from ``metadata.resourceVersion``."""
+    if new.keys() != old.keys():
+        return False
+    for name, value in new.items():
+        if name != "metadata":
+            if value != old[name]:
+                return False
+            continue
+        old_meta = old["metadata"]
+        if not isinstance(value, dict):
+            return False
+        if {k for k in value if k != "resourceVersion"} != {
+            k for k in old_meta if k != "resourceVersion"
+        }:
+            return False
+        if any(v != old_meta[k] for k, v in value.items() if k != "resourceVersion"):
+            return False
+    return True

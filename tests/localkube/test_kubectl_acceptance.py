@@ -134,6 +134,23 @@ async def test_patch_status_subresource(kubectl: Any) -> None:
     assert obj["spec"]["size"] == 3
 
 
+async def test_a_patch_that_changes_nothing_says_no_change(kubectl: Any) -> None:
+    """kube-apiserver does not write a no-op update: same resourceVersion, and kubectl
+    prints "(no change)"."""
+    await _apply_crd_and_gadget(kubectl)
+    before = json.loads((await kubectl("get", "gadget", "g1", "-o", "json")).stdout)
+    size = before["spec"]["size"]
+    out = await kubectl(
+        "patch", "gadget", "g1", "--type=merge", "-p", json.dumps({"spec": {"size": size}})
+    )
+    assert "patched (no change)" in out.stdout
+    after = json.loads((await kubectl("get", "gadget", "g1", "-o", "json")).stdout)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    out = await kubectl("patch", "gadget", "g1", "--type=merge", "-p", '{"spec":{"size":4}}')
+    assert "patched" in out.stdout
+    assert "no change" not in out.stdout
+
+
 async def test_get_watch_receives_an_update(
     kubectl: Any, apiserver: ApiServerHandle, tmp_path: Path
 ) -> None:

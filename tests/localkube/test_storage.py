@@ -55,6 +55,25 @@ def test_create_update_delete_preconditions() -> None:
     assert store.get(*key("a")) is None
 
 
+def test_an_update_that_changes_nothing_is_not_written() -> None:
+    """As in Kubernetes: same resourceVersion back, no new revision, no watch event."""
+    store = open_store(None)
+    created = store.create(key("a"), obj("a", data={"x": "1"}))
+    revision = store.revision
+    same = obj("a", data={"x": "1"})
+    same["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+    assert store.update(key("a"), same) == created
+    unconditional = obj("a", data={"x": "1"})  # no resourceVersion at all
+    assert store.update(key("a"), unconditional)["metadata"]["resourceVersion"] == str(revision)
+    assert store.revision == revision
+    assert [e.type for e in store.history_since(revision - 1, "/configmaps", None)] == ["ADDED"]
+    changed = store.update(key("a"), obj("a", data={"x": "2"}))
+    assert int(changed["metadata"]["resourceVersion"]) == revision + 1
+    labelled = obj("a", data={"x": "2"})
+    labelled["metadata"]["labels"] = {"k": "v"}
+    assert int(store.update(key("a"), labelled)["metadata"]["resourceVersion"]) == revision + 2
+
+
 def test_history_replay_and_gone_after_compaction() -> None:
     store = Store(storage.MemoryBackend(), history_limit=3)
     for i in range(5):
