@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+from krt.grpc import direct_writes, unary_server
 from krt.grpc.client import GrpcConnection, GrpcStatusError
 from krt.grpc.server import CallHandler
 from krt.proto.executor.v1 import runtime_grpc
@@ -84,9 +85,21 @@ async def test_the_bearer_token_is_sent_as_a_plain_literal() -> None:
         nursery.cancel_scope.cancel()
 
 
-async def test_a_unary_answer_is_one_write_and_an_error_too() -> None:
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-writes", "writer-task"])
+async def test_a_unary_answer_is_one_write_and_an_error_too(
+    direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One write per answer, whether the call's task writes it (plain TCP) or the writer."""
     handler = CallHandler({SERVICE: Echo().service})
     accepted: list[CountingStream] = []
+    if not direct:
+        monkeypatch.setattr(unary_server, "plain_socket_fd", lambda _sock: None)
+
+    def counting_write_now(fd: int, data: bytes) -> bytes:
+        accepted[0].sends += 1
+        return direct_writes.write_now(fd, data)
+
+    monkeypatch.setattr(unary_server, "write_now", counting_write_now)
 
     async def serve(sock: anyio.abc.SocketStream) -> None:
         counting = CountingStream(sock)
@@ -131,11 +144,12 @@ class StepCounter(trio.abc.Instrument):
 
 
 async def test_a_unary_call_takes_few_scheduler_passes() -> None:
-    """Client and server together: 8 task steps per call (purerpc's stock loops: ~20).
+    """Client and server together: 4 task steps per call (purerpc's stock loops: ~20).
 
     The server starts a call's task only once its request is complete (no per-stream queue to
-    wait on) and wakes its writer only with data to send; the client wakes its writer only to
-    send; the answer is one packet.
+    wait on); on plain TCP the calling task writes the request and the call's task writes the
+    answer (krt.grpc.direct_writes), so neither writer task runs: the client's reader, the
+    caller, the server's reader and the call's task are the only steps.
     """
     handler = CallHandler({SERVICE: Echo().service})
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
@@ -156,7 +170,7 @@ async def test_a_unary_call_takes_few_scheduler_passes() -> None:
                 await conn.unary_call(SERVICE, "InvokeFunction", payload(f"call-{index}"))
             await trio.testing.wait_all_tasks_blocked()
             trio.lowlevel.remove_instrument(counter)
-        assert counter.steps / calls <= 9, f"{counter.steps / calls:.1f} task steps per call"
+        assert counter.steps / calls <= 5, f"{counter.steps / calls:.1f} task steps per call"
         conn.close()
         nursery.cancel_scope.cancel()
 

@@ -177,6 +177,11 @@ async def test_client_going_away_cancels_the_invocation(
         pid = await _wait_for_pid(pid_file)
         # the slot is freed at once, not after the handler's 30 s or the 30 s default timeout
         assert await _wait_until_idle(server, ref) < 2
+        # reaped right after the slot is freed (the slot does not wait for the exit)
+        for _ in range(200):  # up to 2 s
+            if _gone(pid):
+                break
+            await trio.sleep(0.01)
         assert _gone(pid), "the cancelled invocation's worker must be killed and reaped"
         assert any(
             r.getMessage() == "invocation cancelled by the caller"

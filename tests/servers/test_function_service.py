@@ -34,6 +34,7 @@ class FakeWorker:
         self._adapter = adapter
         self._alive = True
         self._closed = False
+        self._reaped = False
         self.number = adapter.started
 
     @property
@@ -60,6 +61,12 @@ class FakeWorker:
         body = json.dumps({"worker": self.number, "echo": command}).encode()
         return InvokeResult(output=body, content_type="application/json")
 
+    async def reap(self) -> None:
+        if not self._alive and not self._reaped:
+            await trio.sleep(self._adapter.reap_seconds)  # a killed process slow to exit
+            self._reaped = True
+            self._adapter.reaped += 1
+
     async def aclose(self) -> None:
         if not self._closed:
             self._adapter.closed += 1
@@ -77,6 +84,8 @@ class FakeAdapter:
         self.fail_with: str | None = None
         self.calls: list[str] = []
         self.clock = clock
+        self.reap_seconds = 0.0
+        self.reaped = 0
 
     def handler_error(self, handler: str) -> str | None:
         return None if "." in handler else f"handler {handler!r} must be module.function"
@@ -336,6 +345,37 @@ async def test_timeout_is_deadline_exceeded_for_that_invocation_only(
     _, result = await svc.invoke(invoke_request(reg.registration_id, {"n": 2}))
     assert json.loads(result.output) == {"worker": 2, "echo": {"n": 2}}
     assert adapter.started == 2
+
+
+async def test_a_cancelled_invocation_frees_the_slot_before_its_worker_is_reaped(
+    autojump_clock: Any, service: Any, tmp_path: Path
+) -> None:
+    """Seed 000: a caller that goes away frees the slot at once; the next invocation does
+    not wait for the stopped worker's process to exit, and the cancelled one is reaped."""
+    svc, adapter = service
+    adapter.reap_seconds = 3.0
+    reg = await svc.register(request(tmp_path))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(svc.invoke, invoke_request(reg.registration_id, {"sleep": 100}))
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()  # the caller goes away
+    # the cancelled call returned only once its worker was reaped ...
+    assert adapter.reaped == 1
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+
+        async def cancel_then_invoke() -> None:
+            async with trio.open_nursery() as inner:
+                inner.start_soon(svc.invoke, invoke_request(reg.registration_id, {"sleep": 100}))
+                await trio.sleep(1)
+                inner.cancel_scope.cancel()
+
+        nursery.start_soon(cancel_then_invoke)
+        await trio.sleep(1.5)  # cancelled at 1 s; its worker's reap lasts until 4 s
+        # ... but the slot was free meanwhile
+        assert svc.status("run-1", reg.registration_id).in_flight == 0
+    assert trio.current_time() - start == pytest.approx(4.0)
+    assert adapter.reaped == 2
 
 
 async def test_zero_timeout_means_the_bounded_default(

@@ -11,6 +11,10 @@
   static table, credentials never indexed).
 * :mod:`krt.grpc.closed_streams`: bounds h2's per-connection memory of closed streams (both
   sides use it; h2's default grows ~150 bytes per call up to ~10 MiB per connection).
+* :mod:`krt.grpc.header_checks`: h2's header rules in one pass (inbound requests on the
+  server, outbound metadata on the client) in place of h2's generator chains.
+* :mod:`krt.grpc.direct_writes`: on plain TCP, a call's bytes are written by the task that
+  queued them (no writer-task wakeup per request or answer).
 
 Imports only purerpc, h2, hpack, protobuf, anyio and trio; never a component package.
 """

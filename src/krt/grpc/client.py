@@ -10,7 +10,10 @@ waiting forever when the connection drops. This module keeps purerpc's sans-IO p
 trailers) and adds only the trio I/O around them:
 
 * one reader task and one writer task per connection, owned by the connection's own nursery
-  (never by a request), so a cancelled request can never interrupt a half-written frame;
+  (never by a request), so a cancelled request can never interrupt a half-written frame; on
+  plain TCP a request's bytes are handed to the kernel by the calling task with one
+  synchronous, non-blocking write (:mod:`krt.grpc.direct_writes`: nothing to interrupt), and
+  whatever the socket does not take at once is left to the writer task;
 * a cancelled or timed-out call sends ``RST_STREAM(CANCEL)`` at once, which is how every
   gRPC client signals cancellation (seed 000, Invoke Contract; issue 8: "when the caller
   disconnects, the invocation is cancelled all the way down");
@@ -44,7 +47,9 @@ from purerpc.grpclib.exceptions import ProtocolError
 from purerpc.grpclib.exceptions import StreamClosedError as PurerpcStreamClosedError
 
 from krt.grpc.closed_streams import limit_closed_stream_memory
-from krt.grpc.hpack_encoding import LiteralHpackEncoder
+from krt.grpc.direct_writes import plain_socket_fd, write_now
+from krt.grpc.header_checks import outbound_metadata
+from krt.grpc.hpack_encoding import LiteralHpackEncoder, install_decoder
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +122,16 @@ def _trust_responses(h2_connection: Any) -> None:
     percent of the client's CPU per call. Outbound headers keep h2's normalization and
     checks (caller metadata: names lowercased, values stripped, connection headers refused).
     ``validate_inbound_headers`` is a documented ``H2Configuration`` setting (h2 3.x, 4.x).
+
+    Outbound, h2's normalization and checks are off too: the headers purerpc builds are
+    valid by construction, and :meth:`GrpcConnection.unary_call` passes the caller's
+    metadata through :func:`krt.grpc.header_checks.outbound_metadata` (h2's rules in one
+    pass: names lowercased, values stripped, connection headers dropped, bad fields refused).
     """
-    h2_connection.config.validate_inbound_headers = False
+    config = h2_connection.config
+    config.validate_inbound_headers = False
+    config.validate_outbound_headers = False
+    config.normalize_outbound_headers = False
 
 
 class _Connection(GRPCConnection):  # type: ignore[misc]
@@ -164,12 +177,16 @@ class GrpcConnection:
             GRPCConfiguration(client_side=True, max_message_length=max_message_bytes)
         )
         self._h2.h2_connection.encoder = LiteralHpackEncoder()
+        install_decoder(self._h2.h2_connection)
         _trust_responses(self._h2.h2_connection)
         limit_closed_stream_memory(self._h2.h2_connection)
         self._calls: dict[int, _Call] = {}
         self._wake = trio.Event()
-        #: bytes the reader took from h2 (acks, window updates) for the writer to send first
+        #: bytes taken from h2 but not sent yet, for the writer to send first
         self._pending = bytearray()
+        #: plain TCP: requests are written by the calling task at once (krt.grpc.direct_writes)
+        self._fd = plain_socket_fd(stream)
+        self._writing = False
         self._accepting = True
         self._closed = trio.Event()
         self._cancel_scope: trio.CancelScope | None = None
@@ -221,6 +238,7 @@ class GrpcConnection:
             if scope.cancelled_caught and not self.close_reason:
                 self.close_reason = "closed"
         finally:
+            self._fd = None  # the stream is closed below
             self._accepting = False
             self._closed.set()
             reason = self.close_reason or "connection closed"
@@ -233,6 +251,18 @@ class GrpcConnection:
                 await trio.aclose_forcefully(self._stream)
 
     def _flush(self) -> None:
+        """Send what h2 queued: at once on a plain socket if it takes it, else by the writer."""
+        if self._fd is not None and not self._writing:
+            data = self._h2.data_to_send()
+            if self._pending:
+                data = bytes(self._pending) + data
+                self._pending.clear()
+            if not data:
+                return
+            rest = write_now(self._fd, data)
+            if not rest:
+                return
+            self._pending += rest
         self._wake.set()
 
     def _reset_quietly(self, stream_id: int) -> None:
@@ -250,7 +280,11 @@ class GrpcConnection:
                 data = bytes(self._pending) + data
                 self._pending.clear()
             if data:
-                await self._stream.send_all(data)
+                self._writing = True
+                try:
+                    await self._stream.send_all(data)
+                finally:
+                    self._writing = False
                 continue
             await self._wake.wait()
             self._wake = trio.Event()
@@ -322,6 +356,7 @@ class GrpcConnection:
                     return False
                 window = self._h2.flow_control_window(stream_id)
                 if window <= 0:
+                    self._flush()
                     call.window = trio.Event()
                     await call.window.wait()
                     continue
@@ -329,9 +364,11 @@ class GrpcConnection:
                 # the last DATA frame ends the request (purerpc's end_request sends an extra
                 # empty frame for that: one more frame to build, send and parse per call)
                 self._h2.send_data(stream_id, chunk, end_stream=not buffer)
-                self._flush()
         except (h2.exceptions.StreamClosedError, PurerpcStreamClosedError):
             return False
+        finally:
+            # the headers and every frame queued so far leave together (one write)
+            self._flush()
         return True
 
     async def unary_call(
@@ -375,6 +412,8 @@ class GrpcConnection:
         if timeout_seconds is not None:
             timeout = datetime.timedelta(milliseconds=max(1, math.ceil(timeout_seconds * 1000)))
         try:
+            if metadata:
+                metadata = outbound_metadata(metadata, authority=self._authority)
             stream_id = self._h2.get_next_available_stream_id()
             self._h2.start_request(
                 stream_id,
@@ -392,7 +431,6 @@ class GrpcConnection:
             raise ConnectionLostError(f"cannot open a stream: {exc!r}", dispatched=False) from exc
         call = _Call()
         self._calls[stream_id] = call
-        self._flush()
         try:
             if not await self._send_body(stream_id, call, payload):
                 self._reset_quietly(stream_id)

@@ -33,8 +33,8 @@ events without one, and the writer is woken only with bytes to send. Measured wi
 instrument, a call costs 7 task steps here instead of 13.5 (tests/krt/test_grpc_wire_writes.py).
 Services whose methods are all unary (every ``executor.v1`` service) go further: their
 connections are served by :mod:`krt.grpc.unary_server` (no per-stream queues or stream
-objects: 8 task steps per call for client and server together instead of 11, and about a
-fifth less server CPU per call than the loop below).
+objects, and on plain TCP no writer-task wakeups: 4 task steps per call for client and
+server together instead of 11, and well under the server CPU per call of the loop below).
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ async def serve_dataplane(
     authz = AuthzCache(
         KubeReviewer(kube),
         clock=clock,
-        on_lookup=lambda result: metrics.authz_lookups.labels(result=result).inc(),
+        on_lookup=metrics.authz_lookup,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(pods.run)

@@ -84,7 +84,22 @@ class DataplaneMetrics:
         )
         #: labelled children by label values: ``labels()`` takes a lock and builds a key on
         #: every call, and these few combinations repeat on every invocation
-        self._children: dict[tuple[str, ...], Any] = {}
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def _child(self, metric: Any, **labels: str) -> Any:
+        key = (id(metric), *labels.values())
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(**labels)
+        return child
+
+    def authz_lookup(self, result: str) -> None:
+        """Count one authorization cache lookup with ``result`` ``hit`` or ``miss``."""
+        self._child(self.authz_lookups, result=result).inc()
+
+    def hop(self, direction: str) -> None:
+        """Count one peer hop, ``direction`` ``in`` (accepted) or ``out`` (forwarded)."""
+        self._child(self.hops, direction=direction).inc()
 
     def record(self, *, code: str, route: str, seconds: float) -> None:
         """Count one answered call with gRPC status name ``code`` on ``route``, taking ``seconds``."""

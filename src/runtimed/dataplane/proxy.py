@@ -394,7 +394,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         if isinstance(decision, Local):
             fields["route"] = "local"
             if hop is not None:
-                self.metrics.hops.labels(direction="in").inc()
+                self.metrics.hop("in")
             return "local", await self._call_local(decision, message, deadline)
         if isinstance(decision, Remote):
             fields["route"] = "remote"
@@ -500,7 +500,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
             (HOP_POD_UID_HEADER, expected.pod_uid),
         ]
         forwarded += [(name, value) for name, value in metadata if name in _FORWARDED]
-        self.metrics.hops.labels(direction="out").inc()
+        self.metrics.hop("out")
         try:
             payload = await self.peers.unary_call(
                 decision.host,

@@ -328,6 +328,7 @@ class FunctionService:
         live.idle = trio.Event()
         fields = {"run_uid": reg.run_uid, "invocation_id": invocation_id}
         start = trio.current_time()
+        answered = False
         try:
             with trio.CancelScope() as scope:
                 live.invoke_scope = scope
@@ -343,6 +344,7 @@ class FunctionService:
                 raise ContractError(
                     Code.CANCELLED, f"invocation {invocation_id} cancelled: {live.cancel_reason}"
                 )
+            answered = True
         except ContractError as exc:
             log.info(
                 "invocation failed",
@@ -366,12 +368,28 @@ class FunctionService:
             live.invoke_scope = None
             self.table.end_invocation(reg.registration_id)
             live.idle.set()
+            if not answered:
+                # the slot is free first (seed 000: a caller that goes away frees it at once);
+                # then a worker stopped mid-call is reaped before this call's outcome leaves
+                await self._reap_stopped(live)
         if log.isEnabledFor(logging.DEBUG):  # per invocation: skip building the fields
             log.debug(
                 "invocation done",
                 extra={**fields, "duration_ms": round((trio.current_time() - start) * 1000, 3)},
             )
         return invocation_id, result
+
+    @staticmethod
+    async def _reap_stopped(live: _Live) -> None:
+        """Reap the worker's process if a cancelled call killed it without reaping (shielded).
+
+        Workers that leave that to the service have a ``reap`` method (the Python worker:
+        waiting for a SIGKILLed process); the others reap before their ``invoke`` returns.
+        """
+        reap = getattr(live.worker, "reap", None)
+        if reap is not None:
+            with trio.CancelScope(shield=True):
+                await reap()
 
     async def _call(self, live: _Live, req: InvokeRequest, invocation_id: str) -> InvokeResult:
         reg = live.registration

@@ -179,9 +179,10 @@ class PythonWorker:
             raise
         except BaseException:
             # cancelled (timeout, unregister, caller gone): the warm process is mid-call, so
-            # it goes, and is reaped, before the cancellation propagates (no zombie is left
-            # until the next invocation or the unregister).
-            await self._kill_and_reap()
+            # its process group is killed before the cancellation propagates. Reaping it is
+            # left to the caller (FunctionService reaps it right after freeing the Run's
+            # in-flight slot, so the slot does not wait for the process to exit).
+            self.kill()
             raise
         finally:
             self._output_log.finish()
@@ -224,6 +225,11 @@ class PythonWorker:
             else:
                 self._broken = True
                 raise InvocationError("ProtocolError", f"unexpected frame kind {kind!r}")
+
+    async def reap(self) -> None:
+        """Wait for the process of a worker killed mid-call (no-op while it is running)."""
+        if self._broken:
+            await self._process.wait()
 
     def kill(self) -> None:
         """SIGKILL the worker's process group now (synchronous, safe to repeat)."""

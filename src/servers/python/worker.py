@@ -34,7 +34,9 @@ _LOG_CHUNK_CHARS = 256 * 1024
 
 class _Channel:
     def __init__(self, read_fd: int, write_fd: int) -> None:
-        self._in = os.fdopen(read_fd, "rb", buffering=0)
+        # buffered: a frame's header and body usually arrive together and are read with one
+        # system call instead of two
+        self._in = os.fdopen(read_fd, "rb")
         self._out = write_fd
         # handler threads may print while the main thread answers: one frame at a time
         self._lock = threading.Lock()
@@ -46,13 +48,8 @@ class _Channel:
                 view = view[os.write(self._out, view) :]
 
     def _read_exactly(self, n: int) -> bytes | None:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._in.read(n - len(buf))
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
+        data = self._in.read(n)  # a buffered read returns n bytes unless the pipe ends first
+        return data if len(data) == n else None
 
     def receive(self) -> tuple[bytes, bytes] | None:
         header = self._read_exactly(framing.HEADER.size)
@@ -219,6 +216,11 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON value (RFC 8259)")
 
 
+# built once: json.loads/json.dumps with options build a new decoder/encoder on every call
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def _parse_input(payload: bytes) -> object:
     """Decode an invocation input as strict JSON (RFC 8259): UTF-8, no NaN or Infinity.
 
@@ -228,8 +230,11 @@ def _parse_input(payload: bytes) -> object:
     Raises:
         ValueError: not UTF-8, not one JSON text, or nested too deeply to parse.
     """
+    text = payload.decode("utf-8")
+    if text.startswith("\ufeff"):  # as json.loads refuses it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
     try:
-        return json.loads(payload.decode("utf-8"), parse_constant=_reject_constant)
+        return _DECODER.decode(text)
     except RecursionError:
         raise ValueError("JSON nesting is too deep to parse") from None
 
@@ -261,9 +266,7 @@ def _call(
         return
     _flush(raw)
     try:
-        output = json.dumps(
-            result, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        ).encode()
+        output = _ENCODER.encode(result).encode()
     except (TypeError, ValueError) as exc:
         message = f"the return value is not JSON-serialisable: {exc}"[:_MAX_TEXT]
         channel.send(framing.ERROR, json.dumps({"type": "TypeError", "message": message}).encode())
