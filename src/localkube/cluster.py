@@ -81,6 +81,47 @@ class ClusterHandle:
     state_dir: Path
 
 
+@dataclass(frozen=True)
+class _Services:
+    """What the node and the handle need from the parts that outlive the node."""
+
+    api: ApiServerHandle
+    kube: Kube
+    proxy: ServiceProxy
+    hosts_file: Path
+
+
+async def _serve_services(
+    config: ClusterConfig,
+    state_dir: Path,
+    stop: trio.Event,
+    *,
+    task_status: trio.TaskStatus[_Services] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The API server, the hosts file, the controllers and the Service proxy, until ``stop``.
+
+    Shielded from the cluster's cancellation: at shutdown the node stops its Pods first,
+    and those Pods still reach the API server and each other for their last writes (a
+    control plane releases its Lease, so the next start need not wait for it to expire),
+    as on a real node draining before its control plane goes away. The cluster sets
+    ``stop`` once the node is gone (or failed to start).
+    """
+    with trio.CancelScope(shield=True):
+        async with trio.open_nursery() as nursery:
+            api: ApiServerHandle = await nursery.start(
+                serve_apiserver,
+                ApiServerConfig(state_dir=state_dir, host=config.host, port=config.port),
+            )
+            kube = Kube(await Api(kubeconfig=str(api.kubeconfig_path), bypass_factory=True))
+            hosts_file = state_dir / "hosts"
+            await nursery.start(serve_hosts_file, kube, hosts_file)
+            await nursery.start(serve_controllers, kube)
+            proxy: ServiceProxy = await nursery.start(serve_proxy, kube)
+            task_status.started(_Services(api, kube, proxy, hosts_file))
+            await stop.wait()
+            nursery.cancel_scope.cancel()
+
+
 async def serve_cluster(
     config: ClusterConfig,
     *,
@@ -100,42 +141,48 @@ async def serve_cluster(
     state_dir = config.state_dir.resolve()
     await trio.Path(state_dir).mkdir(parents=True, exist_ok=True)
     ready_file = trio.Path(state_dir / READY_FILE)
+    stop_services = trio.Event()
     try:
         async with trio.open_nursery() as nursery:
-            api: ApiServerHandle = await nursery.start(
-                serve_apiserver,
-                ApiServerConfig(state_dir=state_dir, host=config.host, port=config.port),
+            services: _Services = await nursery.start(
+                _serve_services, config, state_dir, stop_services
             )
-            url = urlsplit(api.url)
-            kube = Kube(await Api(kubeconfig=str(api.kubeconfig_path), bypass_factory=True))
-            hosts_file = state_dir / "hosts"
-            await nursery.start(serve_hosts_file, kube, hosts_file)
-            await nursery.start(serve_controllers, kube)
-            proxy: ServiceProxy = await nursery.start(serve_proxy, kube)
-            ca = api.ca_pem.decode() if isinstance(api.ca_pem, bytes) else str(api.ca_pem)
-            node_config = NodeConfig(
-                state_dir=state_dir,
-                apiserver_host=url.hostname or config.host,
-                apiserver_port=url.port or 443,
-                ca_pem=ca,
-                images=images,
-                hosts_file=hosts_file,
-                backoff_initial=config.backoff_initial,
-                backoff_cap=config.backoff_cap,
-                shutdown_grace=config.shutdown_grace,
-                log_limits=config.log_limits,
-            )
-            kubelet: Kubelet = await nursery.start(serve_node, kube, node_config)
-            await ready_file.write_text(
-                json.dumps(
-                    {
-                        "pid": os.getpid(),
-                        "url": api.url,
-                        "kubeconfig": str(api.kubeconfig_path),
-                    }
+            api, kube = services.api, services.kube
+            try:
+                url = urlsplit(api.url)
+                ca = api.ca_pem.decode() if isinstance(api.ca_pem, bytes) else str(api.ca_pem)
+                node_config = NodeConfig(
+                    state_dir=state_dir,
+                    apiserver_host=url.hostname or config.host,
+                    apiserver_port=url.port or 443,
+                    ca_pem=ca,
+                    images=images,
+                    hosts_file=services.hosts_file,
+                    backoff_initial=config.backoff_initial,
+                    backoff_cap=config.backoff_cap,
+                    shutdown_grace=config.shutdown_grace,
+                    log_limits=config.log_limits,
                 )
-            )
-            task_status.started(ClusterHandle(api, kube, kubelet, proxy, hosts_file, state_dir))
+                async with trio.open_nursery() as node:
+                    kubelet: Kubelet = await node.start(serve_node, kube, node_config)
+                    await ready_file.write_text(
+                        json.dumps(
+                            {
+                                "pid": os.getpid(),
+                                "url": api.url,
+                                "kubeconfig": str(api.kubeconfig_path),
+                            }
+                        )
+                    )
+                    task_status.started(
+                        ClusterHandle(
+                            api, kube, kubelet, services.proxy, services.hosts_file, state_dir
+                        )
+                    )
+            finally:
+                # the node has stopped its Pods (gracefully, while the API server, the
+                # Service proxy and the controllers still served their last writes)
+                stop_services.set()
     finally:
         with trio.CancelScope(shield=True):
             await ready_file.unlink(missing_ok=True)
