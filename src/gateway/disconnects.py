@@ -28,7 +28,6 @@ as before. Messages, their order and the bound are unchanged.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -36,10 +35,10 @@ import trio
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.task_group import _handle as hypercorn_handle
 
+from gateway.hypercorn_series import patchable
+
 __all__ = ["EXTENSION", "DisconnectSignal", "install"]
 
-#: The hypercorn release series whose ``TaskGroup.spawn_app`` this wraps.
-SUPPORTED_SERIES: Final = "0.17."
 #: ``scope["extensions"]`` key of the request's :class:`DisconnectSignal`.
 EXTENSION: Final = "krt.disconnect"
 
@@ -141,7 +140,7 @@ def install() -> bool:
     """
     if TaskGroup.spawn_app is _spawn_app:
         return True
-    if not importlib.metadata.version("hypercorn").startswith(SUPPORTED_SERIES):
+    if not patchable():
         return False
     TaskGroup.spawn_app = _spawn_app  # type: ignore[method-assign]
     return True

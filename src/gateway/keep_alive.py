@@ -30,7 +30,6 @@ returns ``False``.
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
 from typing import Any, Final
 
@@ -38,10 +37,10 @@ import trio
 from hypercorn.events import Closed, RawData
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 
+from gateway.hypercorn_series import patchable
+
 __all__ = ["KeepAliveTimer", "install"]
 
-#: The hypercorn release series whose ``TCPServer`` this patches.
-SUPPORTED_SERIES: Final = "0.17."
 
 _stock_init: Final = TCPServer.__init__
 _READ_ERRORS: Final = (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError)
@@ -152,7 +151,7 @@ def install() -> bool:
     """
     if TCPServer.__init__ is _init:
         return True
-    if not importlib.metadata.version("hypercorn").startswith(SUPPORTED_SERIES):
+    if not patchable():
         return False
     TCPServer.__init__ = _init  # type: ignore[method-assign]
     TCPServer._read_data = _read_data  # type: ignore[method-assign]

@@ -28,7 +28,6 @@ with another version :func:`install` leaves hypercorn alone and returns ``False`
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import Any, Final
 
 import h11
@@ -37,8 +36,8 @@ from hypercorn.events import Closed, RawData
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 
-#: The hypercorn release series whose ``H11Protocol._send_h11_event`` this replaces.
-SUPPORTED_SERIES: Final = "0.17."
+from gateway.hypercorn_series import patchable
+
 _HEAD: Final = "_krt_response_head"
 _stock_protocol_send: Final = TCPServer.protocol_send
 
@@ -99,7 +98,7 @@ def install() -> bool:
     """
     if H11Protocol._send_h11_event is _send_h11_event:
         return True
-    if not importlib.metadata.version("hypercorn").startswith(SUPPORTED_SERIES):
+    if not patchable():
         return False
     H11Protocol._send_h11_event = _send_h11_event  # type: ignore[method-assign]
     TCPServer.protocol_send = _protocol_send  # type: ignore[method-assign]

@@ -6,6 +6,7 @@ the keep-alive timeout passes in virtual time.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -238,6 +239,6 @@ def test_another_hypercorn_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> Non
     from hypercorn.trio.tcp_server import TCPServer
 
     monkeypatch.setattr(TCPServer, "__init__", lambda *_: None)
-    monkeypatch.setattr(keep_alive.importlib.metadata, "version", lambda _name: "0.18.0")
+    monkeypatch.setattr(importlib.metadata, "version", lambda _name: "0.18.0")
     assert not keep_alive.install()
     assert TCPServer.__init__ is not keep_alive._init

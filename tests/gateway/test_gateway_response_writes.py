@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 import h11
@@ -100,7 +101,7 @@ def test_another_hypercorn_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> Non
 
     original = response_writes._send_h11_event
     monkeypatch.setattr(H11Protocol, "_send_h11_event", lambda *_: None)
-    monkeypatch.setattr(response_writes.importlib.metadata, "version", lambda _name: "0.18.0")
+    monkeypatch.setattr(importlib.metadata, "version", lambda _name: "0.18.0")
     assert not install()
     assert H11Protocol._send_h11_event is not original
 
