@@ -179,3 +179,25 @@ async def test_run_follow_streams_until_the_run_is_terminal(
     assert result.exit_code == 0, result.output
     assert result.stdout == "line 1\nline 2\nn=2\n"
     assert "run.kruntimes.io/f Succeeded" in result.stderr
+
+
+async def test_logs_include_the_runtimed_instance_before_a_restart(
+    stateful: tuple[ApiServerHandle, Kube],
+) -> None:
+    # runtimed restarted (a crash, or krt dev down/up) after the Run printed: the node keeps
+    # the earlier instance as 0.log and the current one as 1.log (kubectl logs --previous)
+    handle, kube = stateful
+    run = await kube.create(RUNS, task_manifest("job"))
+    uid = run["metadata"]["uid"]
+    first = await pod_with_log(kube, handle, [record(uid, "before restart", "stdout")], exited=True)
+    first.with_name("1.log").write_text(
+        cri(record(uid, "after restart", "stdout")) + cri(record("other", "x", "stdout"))
+    )
+    await set_status(
+        kube,
+        "job",
+        {"phase": "Running", "attempt": 1, "assignedPod": "rt-1", "assignedPodUID": "p-1"},
+    )
+    result = await cli(handle, "logs", "job")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "before restart\nafter restart\n"

@@ -83,7 +83,10 @@ def dev() -> None:
 @state_dir_option
 @click.option("--detach", is_flag=True, help="Run in the background; return once it serves.")
 @click.option(
-    "--port", default=0, type=click.IntRange(0, 65535), help="API server port (0: any free)."
+    "--port",
+    default=0,
+    type=click.IntRange(0, 65535),
+    help="API server port (0: the state directory's previous port if free, else any free).",
 )
 @click.option(
     "--images",
@@ -145,6 +148,10 @@ def up(
             _install_or_fail(state, Path(ready["kubeconfig"]), wait_seconds)
         return
     (state / ENV_FILE).unlink(missing_ok=True)  # rewritten once kruntimes is ready
+    if port == 0:
+        # a resumed cluster keeps its address, so clients still running (krt wait, kubectl
+        # get -w, a copied kubeconfig) reconnect to it instead of retrying a dead port
+        port = previous_port(state)
     if detach:
         _up_detached(state, port, images, verbose)
         if not no_install:
@@ -153,6 +160,41 @@ def up(
             _install_or_fail(state, Path(ready["kubeconfig"]), wait_seconds)
     else:
         _up_foreground(state, port, images, verbose, None if no_install else wait_seconds)
+
+
+def previous_port(state: Path) -> int:
+    """The API server port this state directory last served on, if it can be bound now.
+
+    Read from ``<state>/kubeconfig`` (written by localkube on every start). The port is
+    probed on 127.0.0.1 with ``SO_REUSEADDR``, as localkube's listener binds it, so
+    connections of the stopped server still in TIME_WAIT do not count as taken.
+
+    Args:
+        state: the dev cluster's state directory.
+
+    Returns:
+        The previous port (1-65535), or 0 (any free port) when there is no readable
+        kubeconfig, its server has no port, or something else holds the port.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((state / "kubeconfig").read_text())
+        port = urlsplit(str(cfg["clusters"][0]["cluster"]["server"])).port
+    except (OSError, KeyError, IndexError, TypeError, ValueError, yaml.YAMLError):
+        return 0
+    if not port:
+        return 0
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return 0
+    return port
 
 
 def _ready_record(state: Path) -> dict[str, Any] | None:

@@ -133,7 +133,13 @@ async def log_containers(kube: Kube, run: dict[str, Any], pod: str) -> list[str]
 
 
 async def pod_log_lines(
-    kube: Kube, namespace: str, pod: str, *, follow: bool, container: str = RUNTIMED_CONTAINER
+    kube: Kube,
+    namespace: str,
+    pod: str,
+    *,
+    follow: bool,
+    container: str = RUNTIMED_CONTAINER,
+    previous: bool = False,
 ) -> AsyncGenerator[str, None]:
     """Yield the lines of a container's log (``GET pods/{pod}/log``).
 
@@ -143,6 +149,8 @@ async def pod_log_lines(
         pod: the Pod name.
         follow: keep streaming new lines (until the caller stops or the Pod ends).
         container: the container.
+        previous: read the container's previous instance (the one before its last
+            restart), as ``kubectl logs --previous``.
 
     Raises:
         NotFound: the Pod is gone. BadRequest: the container has not started.
@@ -152,6 +160,8 @@ async def pod_log_lines(
     params = {"container": container}
     if follow:
         params["follow"] = "true"
+    if previous:
+        params["previous"] = "true"
     try:
         # krt.kube has no streaming text verb (Kube.request decodes JSON); the log is read
         # through the same kr8s session Kube wraps, with Kube's error mapping.
@@ -186,10 +196,15 @@ async def run_log_lines(
     *,
     follow: bool,
     container: str = RUNTIMED_CONTAINER,
+    previous: bool = False,
 ) -> AsyncGenerator[LogLine, None]:
-    """The lines of ``pod``'s ``container`` log that belong to the Run ``run_uid``."""
+    """The lines of ``pod``'s ``container`` log that belong to the Run ``run_uid``.
+
+    ``previous`` reads the container's instance before its last restart (see
+    :func:`pod_log_lines`).
+    """
     async with aclosing(
-        pod_log_lines(kube, namespace, pod, follow=follow, container=container)
+        pod_log_lines(kube, namespace, pod, follow=follow, container=container, previous=previous)
     ) as lines:
         async for raw in lines:
             parsed = parse_line(raw, run_uid, source=container)

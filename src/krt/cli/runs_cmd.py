@@ -19,7 +19,7 @@ from krt.cli.params import Duration, output_option
 from krt.cli.printing import OutputFormat, render_objects
 from krt.cli.run_refs import run_name
 from krt.cli.waiting import Progress, time_limit, wait_for_deletion, wait_with_progress
-from krt.kube.errors import ApiError, NotFound
+from krt.kube.errors import ApiError, BadRequest, NotFound
 from krt.kube.resources import EVENTS, RUNS
 
 if TYPE_CHECKING:
@@ -194,6 +194,9 @@ def logs_cmd(target: KubeTarget, name: str, follow: bool, runtimed: bool) -> Non
 async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> None:
     """Print the Run's lines from its assigned Pod's log (no follow).
 
+    Each container's previous instance is read first, so a Run's lines survive one restart
+    of runtimed (a crash, or ``krt dev down``/``up``), as far as the node keeps that log.
+
     Raises:
         CommandFailed: the Run has no Pod yet, or the Pod (and its log) is gone.
     """
@@ -208,11 +211,25 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
     try:
         lines: list[LogLine] = []
         for container in await log_containers(kube, run, pod):
+            try:
+                async for line in run_log_lines(
+                    kube,
+                    meta["namespace"],
+                    pod,
+                    meta["uid"],
+                    follow=False,
+                    container=container,
+                    previous=True,
+                ):
+                    lines.append(line)
+            except (BadRequest, NotFound):
+                pass  # the container never restarted (or its old log is gone)
             async for line in run_log_lines(
                 kube, meta["namespace"], pod, meta["uid"], follow=False, container=container
             ):
                 lines.append(line)
-        # One container's lines are in order already; several (a function) merge by time.
+        # One container's lines are in order already (previous instance first); several
+        # (a function) merge by time.
         for line in sorted(lines, key=lambda item: item.time) if len(lines) > 1 else lines:
             emit(line)
     except NotFound as exc:

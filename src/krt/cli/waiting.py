@@ -44,13 +44,20 @@ class RunDeleted(CommandFailed):
         super().__init__(ExitCode.NOT_FOUND, message)
 
 
-async def follow_run(kube: KubeClient, namespace: str, name: str) -> AsyncGenerator[Obj, None]:
+async def follow_run(
+    kube: KubeClient, namespace: str, name: str, *, notices: TextIO | None = None
+) -> AsyncGenerator[Obj, None]:
     """Yield the Run now and after every change, until the caller stops iterating.
+
+    While the API server cannot be reached the watch is retried every
+    :data:`RECONNECT_PAUSE` seconds; one line on ``notices`` says so when the connection is
+    lost, another when the watch is back, so a wait that seems stuck explains itself.
 
     Args:
         kube: a connected client.
         namespace: the Run's namespace.
         name: the Run's name.
+        notices: where the connection notices go (default: stderr).
 
     Yields:
         The Run object (first the current state, then each ADDED/MODIFIED version).
@@ -64,12 +71,16 @@ async def follow_run(kube: KubeClient, namespace: str, name: str) -> AsyncGenera
     yield obj
     version = str(obj["metadata"].get("resourceVersion") or "")
     selector = f"metadata.name={name}"
+    lost = False
     while True:
         try:
             async with aclosing(
                 kube.watch(RUNS, namespace, version, field_selector=selector)
             ) as events:
                 async for kind, event_obj in events:
+                    if lost:
+                        lost = False
+                        _notice(notices, "krt: reconnected to the API server")
                     version = str(event_obj["metadata"].get("resourceVersion") or version)
                     if kind == "BOOKMARK":
                         continue
@@ -77,14 +88,31 @@ async def follow_run(kube: KubeClient, namespace: str, name: str) -> AsyncGenera
                         raise RunDeleted(f"Run {namespace}/{name} was deleted")
                     yield event_obj
         except Gone:
+            # the server answered (e.g. restarted, its history too young for our version)
             try:
                 obj = await kube.get(RUNS, name, namespace)
             except NotFound:
                 raise RunDeleted(f"Run {namespace}/{name} was deleted") from None
+            if lost:
+                lost = False
+                _notice(notices, "krt: reconnected to the API server")
             version = str(obj["metadata"].get("resourceVersion") or "")
             yield obj
-        except ConnectionFailed:
+        except ConnectionFailed as exc:
+            if not lost:
+                lost = True
+                _notice(
+                    notices,
+                    f"krt: lost the connection to the API server ({exc}); "
+                    f"retrying every {format_duration(RECONNECT_PAUSE)}",
+                )
             await trio.sleep(RECONNECT_PAUSE)
+
+
+def _notice(stream: TextIO | None, message: str) -> None:
+    """One line on ``stream`` (stderr when None), flushed at once."""
+    out = sys.stderr if stream is None else stream
+    print(message, file=out, flush=True)
 
 
 @contextmanager
