@@ -334,6 +334,7 @@ async def writer_main(kubeconfig: str, pause: float) -> None:
     kube = await connect(kubeconfig=Path(kubeconfig))
     stdin = trio.lowlevel.FdStream(os.dup(0))
     buffer = b""
+    serial = 0  # every write differs (an update that changes nothing sends no event)
     while True:
         chunk = await stdin.receive_some()
         if not chunk:
@@ -343,8 +344,9 @@ async def writer_main(kubeconfig: str, pause: float) -> None:
             line, buffer = buffer.split(b"\n", 1)
             name, count = line.decode().split()
             obj = await kube.get(WIDGETS, name, NAMESPACE)
-            for i in range(int(count)):
-                obj["status"] = _status(i)
+            for _ in range(int(count)):
+                serial += 1
+                obj["status"] = _status(-serial)
                 obj = await kube.replace_status(WIDGETS, obj)
                 await trio.sleep(pause)
             sys.stdout.write("done\n")
