@@ -155,6 +155,26 @@ async def test_an_acquire_answered_after_the_renew_deadline_does_not_start_leadi
     assert intervals[0][1] <= 10.0 + 2.0 * 1.2 + 25.0  # the next attempt answers promptly
 
 
+async def test_release_after_a_renewal_whose_answer_was_lost(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The term was cancelled while a renewal was in flight: the API server applied it but
+    the answer never came, so the leader's copy of the Lease is one version behind. The
+    release must still clear the holder (read afresh after the conflict), or a successor
+    waits the whole lease duration."""
+    store = ObjectStore()
+    a = elector(FakeKube(store, "a"), "a")
+    key = ("leases.coordination.k8s.io", "ns", "lock")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(a.run, recorder([], "a")))
+        await trio.sleep(3)
+        assert a.is_leader
+        # the lost renewal: applied at the server, a newer resourceVersion, holder still a
+        store.objects[key]["metadata"]["resourceVersion"] = str(next(store._versions))
+        nursery.cancel_scope.cancel()
+    assert store.objects[key]["spec"]["holderIdentity"] == ""
+
+
 async def test_leading_returning_releases_and_hands_over(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

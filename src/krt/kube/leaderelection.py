@@ -273,24 +273,46 @@ class LeaderElector:
                 return
 
     async def _release(self) -> None:
+        """Give the Lease up (holder cleared, 1 s duration) if we still hold it.
+
+        Our last renewal may have been applied by the API server while its answer was lost
+        (the term was cancelled mid-request): the write then conflicts, so the Lease is read
+        afresh and, if we still hold it, released at its current resourceVersion.
+        """
         lease = self._lease
-        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
-            return
-        released = copy.deepcopy(lease)
-        spec = released.setdefault("spec", {})
-        spec["holderIdentity"] = ""
-        spec["leaseDurationSeconds"] = 1
-        spec["renewTime"] = format_micro_time(self._clock.now())
-        try:
-            self._lease = await self._kube.replace(LEASES, released)
-        except KubeError as exc:
-            log.info(
-                "lease %s/%s: release by %s failed: %s",
-                self.namespace,
-                self.name,
-                self.identity,
-                exc,
-            )
+        for fresh_read in (False, True):
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            released = copy.deepcopy(lease)
+            spec = released.setdefault("spec", {})
+            spec["holderIdentity"] = ""
+            spec["leaseDurationSeconds"] = 1
+            spec["renewTime"] = format_micro_time(self._clock.now())
+            try:
+                self._lease = await self._kube.replace(LEASES, released)
+                return
+            except Conflict:
+                if fresh_read:
+                    break
+                try:
+                    lease = await self._kube.get(LEASES, self.name, self.namespace)
+                except KubeError as exc:
+                    self._log_release_failure(exc)
+                    return
+            except KubeError as exc:
+                self._log_release_failure(exc)
+                return
+        log.info(
+            "lease %s/%s: release by %s lost a race with another write",
+            self.namespace,
+            self.name,
+            self.identity,
+        )
+
+    def _log_release_failure(self, exc: KubeError) -> None:
+        log.info(
+            "lease %s/%s: release by %s failed: %s", self.namespace, self.name, self.identity, exc
+        )
 
     async def run(
         self,
