@@ -12,6 +12,7 @@ The control plane is not running: tests play it by patching Run status themselve
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,19 +47,35 @@ async def kube(apiserver: ApiServerHandle) -> AsyncIterator[Kube]:
     """An admin client with the Run and Runtime CRDs served."""
     client = await connect(kubeconfig=apiserver.kubeconfig_path)
     async with client:
-        for crd in (run_crd(), runtime_crd()):
-            await client.create(CRDS, crd)
-        with trio.fail_after(10):
-            while True:
-                try:
-                    await client.list(RUNS, NS)
-                    await client.list(RUNTIMES, NS)
-                    break
-                except NotFound:
-                    await trio.sleep(0.05)
-        for runtime in ("python", "bash"):
-            await client.create(RUNTIMES, runtime_manifest(runtime))
+        await serve_krt_crds(client, runtimes=("python", "bash"))
         yield client
+
+
+async def serve_krt_crds(client: Kube, *, runtimes: tuple[str, ...]) -> None:
+    """Create the Run and Runtime CRDs, wait until both are served, create ``runtimes``."""
+    for crd in (run_crd(), runtime_crd()):
+        await client.create(CRDS, crd)
+    with trio.fail_after(10):
+        while True:
+            try:
+                await client.list(RUNS, NS)
+                await client.list(RUNTIMES, NS)
+                break
+            except NotFound:
+                await trio.sleep(0.05)
+    for runtime in runtimes:
+        await client.create(RUNTIMES, runtime_manifest(runtime))
+
+
+@asynccontextmanager
+async def durable_cluster(
+    state_dir: Path, runtime: str
+) -> AsyncIterator[tuple[ApiServerHandle, Kube]]:
+    """An API server whose state lives in ``state_dir`` (restartable), CRDs and one Runtime."""
+    async with running_apiserver(ApiServerConfig(state_dir=state_dir)) as handle:
+        async with await connect(kubeconfig=handle.kubeconfig_path) as client:
+            await serve_krt_crds(client, runtimes=(runtime,))
+            yield handle, client
 
 
 def invoke_cli(args: list[str], *, env: dict[str, str], input: bytes | str | None = None) -> Result:

@@ -15,20 +15,18 @@ import pytest
 import trio
 from click.testing import Result
 
-from krt.api.crds import run_crd, runtime_crd
 from krt.cli.exitcodes import ExitCode
-from krt.kube.client import Kube, connect
+from krt.kube.client import Kube
 from krt.kube.errors import NotFound
-from krt.kube.resources import PODS, RUNS, RUNTIMES
-from localkube.apiserver import ApiServerConfig, ApiServerHandle, running_apiserver
+from krt.kube.resources import PODS, RUNS
+from localkube.apiserver import ApiServerHandle
 from localkube.node.layout import PodPaths
 
 from .conftest import (
-    CRDS,
     NS,
+    durable_cluster,
     eventually,
     invoke_cli,
-    runtime_manifest,
     set_status,
     task_manifest,
 )
@@ -36,19 +34,8 @@ from .conftest import (
 
 @pytest.fixture
 async def stateful(tmp_path: Path) -> AsyncIterator[tuple[ApiServerHandle, Kube]]:
-    async with running_apiserver(ApiServerConfig(state_dir=tmp_path / "state")) as handle:
-        async with await connect(kubeconfig=handle.kubeconfig_path) as kube:
-            for crd in (run_crd(), runtime_crd()):
-                await kube.create(CRDS, crd)
-            with trio.fail_after(10):
-                while True:
-                    try:
-                        await kube.list(RUNS, NS)
-                        break
-                    except NotFound:
-                        await trio.sleep(0.05)
-            await kube.create(RUNTIMES, runtime_manifest("bash"))
-            yield handle, kube
+    async with durable_cluster(tmp_path / "state", "bash") as cluster:
+        yield cluster
 
 
 async def cli(handle: ApiServerHandle, *args: str) -> Result:

@@ -30,12 +30,12 @@ from krt.cli.logs import parse_line
 from krt.cli.main import krt
 from krt.cli.waiting import Progress, stuck_summary, time_limit
 from krt.kube.client import Kube, connect
-from krt.kube.errors import ApiError, NotFound
-from krt.kube.resources import PODS, RUNS, RUNTIMES, SERVICEACCOUNTS
+from krt.kube.errors import ApiError
+from krt.kube.resources import PODS, RUNS, SERVICEACCOUNTS
 from localkube.apiserver import ApiServerConfig, ApiServerHandle, running_apiserver
 from localkube.node.layout import PodPaths
 
-from .conftest import CRDS, NS, invoke_cli, runtime_manifest, set_status, task_manifest
+from .conftest import CRDS, NS, durable_cluster, invoke_cli, set_status, task_manifest
 from .test_cli_validation import UNREACHABLE_KUBECONFIG
 
 
@@ -333,19 +333,8 @@ def test_parse_line_reads_the_runtime_servers_key_spelling() -> None:
 
 @pytest.fixture
 async def stateful(tmp_path: Path) -> AsyncIterator[tuple[ApiServerHandle, Kube]]:
-    async with running_apiserver(ApiServerConfig(state_dir=tmp_path / "state")) as handle:
-        async with await connect(kubeconfig=handle.kubeconfig_path) as kube:
-            for crd in (run_crd(), runtime_crd()):
-                await kube.create(CRDS, crd)
-            with trio.fail_after(10):
-                while True:
-                    try:
-                        await kube.list(RUNS, NS)
-                        break
-                    except NotFound:
-                        await trio.sleep(0.05)
-            await kube.create(RUNTIMES, runtime_manifest("python"))
-            yield handle, kube
+    async with durable_cluster(tmp_path / "state", "python") as cluster:
+        yield cluster
 
 
 async def pod_with_logs(kube: Kube, handle: ApiServerHandle, logs: dict[str, list[str]]) -> None:
