@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import purerpc
+import trio
 from lk_node_helpers import DEPLOYMENTS, SERVICES, deployment, eventually, ready_pods
 
 from krt.proto.executor.v1 import runtime_grpc, runtime_pb2
@@ -43,11 +44,17 @@ async def test_python_runtime_server_answers_grpc_through_its_service(kube: Kube
     ip = await eventually(cluster_ip, what="clusterIP")
 
     async def healthy() -> Any:
-        try:
-            async with purerpc.insecure_channel(ip, 9090) as channel:
-                return await runtime_grpc.RuntimeStub(channel).Health(runtime_pb2.HealthRequest())
-        except OSError:
-            return None  # the proxy may not have seen the endpoints yet
+        # Until the proxy has seen the ready endpoints it closes each connection at once, and a
+        # purerpc call on a connection closed before any answer waits forever: each attempt is
+        # bounded.
+        with trio.move_on_after(1.0):
+            try:
+                async with purerpc.insecure_channel(ip, 9090) as channel:
+                    stub = runtime_grpc.RuntimeStub(channel)
+                    return await stub.Health(runtime_pb2.HealthRequest())
+            except OSError:
+                pass
+        return None
 
     reply = await eventually(healthy, seconds=10, what="Health through the Service")
     assert reply.healthy is True
