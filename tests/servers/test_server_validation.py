@@ -12,6 +12,7 @@ from servers.common.bounded import BoundedBuffer
 from servers.common.errors import Code, ContractError
 from servers.common.validation import (
     bound_text,
+    is_below,
     resolve_working_dir,
     validate_digest,
     validate_entrypoint,
@@ -90,15 +91,31 @@ def test_working_dir_must_stay_under_the_work_dir(tmp_path: Path) -> None:
     root = tmp_path / "work"
     (root / "run").mkdir(parents=True)
     (tmp_path / "outside").mkdir()
+    (tmp_path / "work-sibling").mkdir()  # shares the work dir's name as a string prefix
     (root / "link").symlink_to(tmp_path / "outside")
     ok = resolve_working_dir(root, str(root / "run"), default=root / "d", field="working_dir")
     assert ok == (root / "run").resolve()
     assert resolve_working_dir(root, "run", default=root / "d", field="working_dir") == ok
     assert resolve_working_dir(root, "", default=root / "d", field="working_dir") == root / "d"
-    for bad in (str(tmp_path / "outside"), "../outside", "link", "/etc"):
+    for bad in (str(tmp_path / "outside"), "../outside", "link", "/etc", "../work-sibling"):
         with pytest.raises(ContractError) as excinfo:
             resolve_working_dir(root, bad, default=root / "d", field="working_dir")
         assert "not under the server's work dir" in _invalid(excinfo)
+
+
+@pytest.mark.parametrize(
+    ("path", "root", "below"),
+    [
+        ("/a/b/c", "/a/b", True),
+        ("/a/b", "/a/b", False),
+        ("/a/bc", "/a/b", False),
+        ("/a", "/a/b", False),
+        ("/a", "/", True),
+        ("/", "/", False),
+    ],
+)
+def test_is_below_compares_whole_components(path: str, root: str, below: bool) -> None:
+    assert is_below(Path(path), Path(root)) is below
 
 
 @pytest.mark.parametrize(

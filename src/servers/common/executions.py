@@ -40,6 +40,7 @@ from servers.common.errors import (
     not_found,
 )
 from servers.common.validation import (
+    is_below,
     require_directory,
     resolve_working_dir,
     validate_entrypoint,
@@ -181,7 +182,7 @@ class ExecutionManager:
         )
         if entrypoint:
             target = Path(os.path.realpath(cwd / entrypoint))
-            if cwd not in target.parents:
+            if not is_below(target, cwd):
                 raise invalid_argument(
                     f"entrypoint {entrypoint!r} resolves outside the working dir {cwd}"
                 )

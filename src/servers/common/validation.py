@@ -7,6 +7,7 @@ limit that was broken; none has side effects, so a rejected request leaves no pa
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -109,10 +110,29 @@ def resolve_working_dir(work_dir: Path, value: str, *, default: Path, field: str
         raise invalid_argument(f"{field} contains a NUL byte")
     candidate = (work_dir / value) if value else default
     resolved = Path(os.path.realpath(candidate))
-    root = Path(os.path.realpath(work_dir))
-    if resolved != root and root not in resolved.parents:
+    root = _real_root(str(work_dir))
+    if resolved != root and not is_below(resolved, root):
         raise invalid_argument(f"{field} {value!r} is not under the server's work dir {root}")
     return resolved
+
+
+@functools.lru_cache(maxsize=16)
+def _real_root(work_dir: str) -> Path:
+    # The work dir is fixed for the server's life; resolving it again per request cost as
+    # much as resolving the request's own path.
+    return Path(os.path.realpath(work_dir))
+
+
+def is_below(path: Path, root: Path) -> bool:
+    """Whether ``path`` lies strictly below ``root`` (both already resolved; no I/O).
+
+    A string prefix test on whole components: ``/a/bc`` is not below ``/a/b``. Cheaper than
+    ``root in path.parents``, which builds a Path per ancestor.
+    """
+    prefix = str(root)
+    if not prefix.endswith(os.sep):
+        prefix += os.sep
+    return str(path).startswith(prefix) and path != root
 
 
 def require_directory(path: Path, *, field: str) -> None:
