@@ -216,7 +216,9 @@ async def test_stopping_after_the_grace_kills_the_escaped_task_too(
             t0 = trio.current_time()
             r.request_stop(30.0)
             await r.finished.wait()
-            assert trio.current_time() - t0 == pytest.approx(30.0)
+            # the SIGKILL comes at the grace, not before; the mock clock may move on by a
+            # timer step (e.g. a log pump window) while the real process is still dying
+            assert 30.0 <= trio.current_time() - t0 < 30.5
             assert r.obs.exit_code == 128 + signal.SIGKILL
             assert not alive(task, None), "the task outlived its container"
             assert r.obs.pid is not None
