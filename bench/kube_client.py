@@ -24,7 +24,8 @@ in a running cluster (this process only receives and decodes).
 Prints one line per operation and client, and the ratio ``kr8s / kube`` (and ``httpx / kube``)
 measured in the same run. Usage: ``python bench/kube_client.py [--ops N] [--events N]
 [--rounds R] [--pause S] [--json]``; ``--quick`` is a short run; ``--report-json PATH``
-writes the figures for bench/report.py.
+writes the figures for bench/report.py. The API server child is started and stopped by
+:mod:`benchkit.apiserver_child` (shared with bench/localkube_api.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,14 +45,12 @@ from typing import Any
 import httpx
 import trio
 import trio.lowlevel
+from benchkit.apiserver_child import running_apiserver_child
 from kr8s import APITimeoutError
 
-# this script is bench/kube_client.py: keep its folder off sys.path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-from krt.kube.client import Kube, connect  # noqa: E402
-from krt.kube.errors import ConnectionFailed, error_from_status  # noqa: E402
-from krt.kube.resources import ResourceRef  # noqa: E402
+from krt.kube.client import Kube, connect
+from krt.kube.errors import ConnectionFailed, error_from_status
+from krt.kube.resources import ResourceRef
 
 NAMESPACE = "default"
 CRDS = ResourceRef(
@@ -353,37 +351,11 @@ async def writer_main(kubeconfig: str, pause: float) -> None:
             sys.stdout.flush()
 
 
-async def _start_server(state_dir: Path) -> tuple[trio.Process, Path]:
-    process = await trio.lowlevel.open_process(
-        [
-            sys.executable,
-            "-m",
-            "localkube.cli",
-            "apiserver",
-            "--state-dir",
-            str(state_dir),
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    output = b""
-    with trio.fail_after(30):
-        while b"export KUBECONFIG=" not in output:
-            chunk = await process.stdout.receive_some()
-            if not chunk:
-                raise RuntimeError("localkube apiserver exited before serving")
-            output += chunk
-    return process, state_dir / "kubeconfig"
-
-
 async def run(ops: int, events: int, rounds: int, pause: float) -> dict[str, Any]:
     """Start localkube, measure every client ``rounds`` times (interleaved), keep the minimum."""
     with tempfile.TemporaryDirectory(prefix="kube-client-bench-") as tmp:
-        process, kubeconfig = await _start_server(Path(tmp))
-        try:
+        async with running_apiserver_child(Path(tmp)) as server:
+            kubeconfig = server.kubeconfig
             kube = await connect(kubeconfig=kubeconfig)
             writer = await connect(kubeconfig=kubeconfig)
             child = await trio.lowlevel.open_process(
@@ -420,12 +392,6 @@ async def run(ops: int, events: int, rounds: int, pause: float) -> dict[str, Any
                 child.kill()
                 await kube.aclose()
                 await writer.aclose()
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(5):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
     ratios = {
         f"{other}_over_kube": {
             op: round(best[other][op] / best["kube"][op], 2) for op in best["kube"]

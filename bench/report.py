@@ -88,7 +88,7 @@ class Benchmark:
 
 BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("runtime_server", "Python Runtime Server vs bare purerpc echo (issue 2)", 180),
-    Benchmark("localkube", "localkube API server writes and watch delay (issue 3)", 180),
+    Benchmark("localkube_api", "localkube API server writes and watch delay (issue 3)", 180),
     Benchmark("pod_start", "localkube Pod start (issue 4)", 180),
     Benchmark("schedule", "scheduler Pending -> Scheduled (issue 5)", 400),
     Benchmark("task_runs", "task Runs end to end on localkube (issue 6)", 500),

@@ -49,6 +49,7 @@ from kr8s.asyncio import Api
 
 from krt.kube.errors import ConnectionFailed, KubeError, error_from_status
 from krt.kube.http11 import Http11Pool, Origin, TransportError, check_header, parse_origin
+from krt.kube.http11_errors import describe_failure
 from krt.kube.interface import KubeClient, Obj, PatchType
 from krt.kube.resources import ResourceRef
 
@@ -867,7 +868,7 @@ async def connect(
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     except (httpx.TransportError, OSError) as exc:
-        raise ConnectionFailed(f"cannot reach the API server: {exc!r}") from exc
+        raise ConnectionFailed(f"cannot reach the API server: {describe_failure(exc)}") from exc
     except ServerError as exc:
         # kr8s raises its ServerError (with the httpx response) when an exec plugin or
         # token request fails while loading credentials.

@@ -26,23 +26,34 @@ the server before any response byte is retried once on a new connection; other m
 are not retried (the server may have acted on them).
 
 Errors: every transport failure (refused, reset, TLS, a malformed response) raises
-:class:`TransportError`. Time: opening a connection (TCP connect, proxy ``CONNECT``, TLS
-handshake) is bounded by ``connect_timeout`` seconds, as client-go bounds its dial and TLS
-handshake, so a server that accepts and never answers (or is frozen) fails the request
-instead of hanging it; everything after that is bounded by the callers' trio cancel scopes.
+:class:`TransportError`, whose message says in words what happened (``cannot connect to
+host:6443: connection refused``), never an exception repr. Time: opening a connection (TCP
+connect, proxy ``CONNECT``, TLS handshake) is bounded by ``connect_timeout`` seconds, as
+client-go bounds its dial and TLS handshake, so a server that accepts and never answers (or
+is frozen) fails the request instead of hanging it; everything after that is bounded by the
+callers' trio cancel scopes.
+
+Layout: this module is the pool and the public surface; its parts live beside it, one job
+each: :mod:`~krt.kube.http11_framing` (origin, header checks, request heads; no I/O),
+:mod:`~krt.kube.http11_connection` (one connection's exchange and a streamed response),
+:mod:`~krt.kube.http11_dial` (TCP, proxy tunnel and TLS under the connect deadline) and
+:mod:`~krt.kube.http11_errors` (:class:`TransportError` and the wording of failures).
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Final
-from urllib.parse import urlsplit
 
 import h11
 import trio
+
+from krt.kube.http11_connection import Connection, StreamedResponse
+from krt.kube.http11_dial import open_connection
+from krt.kube.http11_errors import BROKEN, TransportError, describe_failure
+from krt.kube.http11_framing import Origin, check_header, parse_origin, request_head
 
 __all__ = [
     "Http11Pool",
@@ -53,8 +64,6 @@ __all__ = [
     "parse_origin",
 ]
 
-#: Bytes asked of the stream per receive.
-RECEIVE_BYTES: Final = 65536
 #: httpx's defaults, which the kr8s session used before this pool.
 DEFAULT_MAX_CONNECTIONS: Final = 100
 DEFAULT_KEEPALIVE_EXPIRY: Final = 5.0
@@ -63,233 +72,6 @@ DEFAULT_KEEPALIVE_EXPIRY: Final = 5.0
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 
 _RETRYABLE_METHODS: Final = frozenset({"GET", "HEAD"})
-_TOKEN_CHARS: Final = frozenset(
-    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-)
-
-
-class TransportError(Exception):
-    """The exchange failed below HTTP: connect, TLS, proxy, reset, EOF or a malformed answer."""
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where the pool connects, parsed from a server URL.
-
-    Attributes:
-        tls: ``https`` (True) or ``http``.
-        host: host name or address (IPv6 without brackets).
-        port: TCP port.
-        authority: the ``Host`` header value (``host[:port]``, IPv6 in brackets).
-        path_prefix: a path the server lives under (``""`` normally), prepended to every
-            request target.
-    """
-
-    tls: bool
-    host: str
-    port: int
-    authority: str
-    path_prefix: str
-
-
-def parse_origin(url: str) -> Origin:
-    """Parse ``https://host[:port][/prefix]`` (or ``http://``) into an :class:`Origin`.
-
-    Raises:
-        ValueError: another scheme, no host, a bad port, or a query/fragment.
-    """
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in ("https", "http"):
-        raise ValueError(f"server URL {url!r}: scheme must be https or http")
-    if not parts.hostname:
-        raise ValueError(f"server URL {url!r}: no host")
-    if parts.query or parts.fragment:
-        raise ValueError(f"server URL {url!r}: must not have a query or fragment")
-    try:
-        port = parts.port or (443 if scheme == "https" else 80)
-    except ValueError as exc:
-        raise ValueError(f"server URL {url!r}: {exc}") from exc
-    host = parts.hostname
-    authority = parts.netloc.rpartition("@")[2]
-    return Origin(
-        tls=scheme == "https",
-        host=host,
-        port=port,
-        authority=authority,
-        path_prefix=parts.path.rstrip("/"),
-    )
-
-
-def check_header(name: str, value: str) -> tuple[str, str]:
-    """Validate one request header for writing verbatim into a request head.
-
-    Returns:
-        ``(name, value)`` unchanged.
-
-    Raises:
-        ValueError: the name is not an HTTP token, or the value has a control character
-            (CR, LF, NUL, ...) or a non-ASCII character.
-    """
-    if not name or not set(name) <= _TOKEN_CHARS:
-        raise ValueError(f"header name {name!r} is not an HTTP token")
-    if any(not (0x20 <= ord(ch) <= 0x7E or ch == "\t") for ch in value):
-        raise ValueError(f"header {name}: value has control or non-ASCII characters")
-    return name, value
-
-
-def _head(
-    method: str, target: str, authority: str, headers: Sequence[tuple[str, str]], length: int
-) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1\r\nHost: {authority}\r\n"]
-    lines += [f"{name}: {value}\r\n" for name, value in headers]
-    if length >= 0:
-        lines.append(f"Content-Length: {length}\r\n")
-    lines.append("\r\n")
-    return "".join(lines).encode("ascii")
-
-
-class _Connection:
-    """One keep-alive connection: a (TLS) stream and the h11 state of its current cycle."""
-
-    __slots__ = ("h11", "idle_since", "received", "reused", "socket", "stream")
-
-    def __init__(self, stream: trio.abc.Stream, socket: trio.socket.SocketType) -> None:
-        self.stream = stream
-        self.socket = socket
-        self.h11 = h11.Connection(h11.CLIENT)
-        self.idle_since = 0.0
-        self.reused = False
-        self.received = 0
-
-    def close_now(self) -> None:
-        """Close the socket at once (no TLS close_notify: nothing waits for it)."""
-        self.socket.close()
-
-    def is_reusable(self) -> bool:
-        return self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
-
-    async def send_request(self, method: str, head: bytes, body: bytes | None) -> None:
-        # h11 only parses here: move its client side past a request of the same method
-        # (the method decides the response framing, e.g. no body for HEAD).
-        request = _REQUESTS.get(method) or h11.Request(method=method, target="/", headers=_HOST)
-        self.h11.send(request)
-        self.h11.send(_END)
-        self.received = 0
-        await self.stream.send_all(head + body if body else head)
-
-    async def next_event(self) -> h11.Event:
-        """Return the next response event (Response, Data or EndOfMessage), reading as needed.
-
-        Raises:
-            TransportError: EOF before the response ended, or a malformed response.
-            OSError, trio.BrokenResourceError, trio.ClosedResourceError: from the stream.
-        """
-        connection = self.h11
-        while True:
-            try:
-                event = connection.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise TransportError(f"malformed response: {exc}") from exc
-            if event is h11.NEED_DATA:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
-                if not data:
-                    return self._end_of_stream()
-                self.received += len(data)
-                connection.receive_data(bytes(data))
-                continue
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            if isinstance(event, (h11.Response, h11.Data, h11.EndOfMessage)):
-                return event
-            raise TransportError(f"unexpected response event {event!r}")
-
-    def _end_of_stream(self) -> h11.Event:
-        """The server closed: the end of a close-delimited body, or a broken response."""
-        self.h11.receive_data(b"")
-        try:
-            event = self.h11.next_event()
-        except h11.RemoteProtocolError as exc:
-            raise TransportError(
-                f"the server closed the connection before the response ended: {exc}"
-            ) from exc
-        if not isinstance(event, h11.EndOfMessage):
-            raise TransportError("the server closed the connection before the response ended")
-        return event
-
-
-_HOST: Final = [("Host", "h")]
-_END: Final = h11.EndOfMessage()
-_REQUESTS: Final = {
-    m: h11.Request(method=m, target="/", headers=_HOST)
-    for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
-}
-#: What a broken connection raises below HTTP (ssl.SSLError is an OSError; trio wraps TLS
-#: failures in BrokenResourceError; a pool closed under a request gives ClosedResourceError).
-_BROKEN: Final = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
-
-
-class StreamedResponse:
-    """A response whose body is read as it arrives (watches); see :meth:`Http11Pool.stream`.
-
-    Attributes:
-        status: the HTTP status code.
-        headers: response headers, names lower-cased (bytes, as h11 gives them).
-        complete: whether the whole body has been read.
-    """
-
-    def __init__(
-        self, connection: _Connection, status: int, headers: list[tuple[bytes, bytes]]
-    ) -> None:
-        self._connection = connection
-        self.status = status
-        self.headers = headers
-        self.complete = False
-
-    async def read(self) -> bytes:
-        """Read the rest of the body.
-
-        Raises:
-            TransportError: the stream broke.
-        """
-        return b"".join([chunk async for chunk in self.iter_bytes()])
-
-    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
-        """Yield body chunks (as received) until the response ends.
-
-        Raises:
-            TransportError: the stream broke.
-        """
-        connection = self._connection
-        while not self.complete:
-            try:
-                event = await connection.next_event()
-            except _BROKEN as exc:
-                raise TransportError(f"the response stream broke: {exc!r}") from exc
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                self.complete = True
-
-    async def iter_lines(self) -> AsyncGenerator[bytes, None]:
-        """Yield complete ``\\n``-terminated lines (without the newline) as they arrive.
-
-        A last line without a newline is yielded when the response ends.
-
-        Raises:
-            TransportError: the stream broke.
-        """
-        pending = b""
-        async with aclosing(self.iter_bytes()) as chunks:
-            async for chunk in chunks:
-                if b"\n" not in chunk:
-                    pending += chunk
-                    continue
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    yield line
-        if pending:
-            yield pending
 
 
 class Http11Pool:
@@ -346,8 +128,8 @@ class Http11Pool:
         self._server_hostname = server_hostname or origin.host
         self._limit = trio.Semaphore(max_connections)
         self._keepalive_expiry = keepalive_expiry
-        self._idle: list[_Connection] = []
-        self._active: set[_Connection] = set()
+        self._idle: list[Connection] = []
+        self._active: set[Connection] = set()
         self.closed = False
         #: Connections opened so far (for tests and metrics).
         self.connections_opened = 0
@@ -374,7 +156,7 @@ class Http11Pool:
             body: the body that follows, or None.
         """
         length = len(body) if body is not None else -1
-        return _head(
+        return request_head(
             method, self.origin.path_prefix + target, self.origin.authority, headers, length
         )
 
@@ -419,12 +201,12 @@ class Http11Pool:
                         break
                 clean = True
                 return status, b"".join(chunks)
-            except (*_BROKEN, TransportError) as exc:
+            except (*BROKEN, TransportError) as exc:
                 stale = connection.reused and not connection.received
                 if retried or not stale or method not in _RETRYABLE_METHODS:
                     if isinstance(exc, TransportError):
                         raise
-                    raise TransportError(f"{exc!r}") from exc
+                    raise TransportError(describe_failure(exc)) from exc
                 retried = True  # a kept connection the server had closed: once more, anew
             finally:
                 self._release(connection, reuse=clean)
@@ -451,8 +233,8 @@ class Http11Pool:
                 event = await connection.next_event()
                 while not isinstance(event, h11.Response):  # pragma: no cover - h11 order
                     event = await connection.next_event()
-            except _BROKEN as exc:
-                raise TransportError(f"{exc!r}") from exc
+            except BROKEN as exc:
+                raise TransportError(describe_failure(exc)) from exc
             response = StreamedResponse(connection, event.status_code, list(event.headers))
             yield response
         finally:
@@ -471,7 +253,7 @@ class Http11Pool:
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _acquire(self) -> _Connection:
+    async def _acquire(self) -> Connection:
         if self.closed:
             raise TransportError("the HTTP connection pool is closed")
         try:
@@ -490,85 +272,22 @@ class Http11Pool:
                     self._active.add(connection)
                     return connection
                 connection.close_now()  # expired, or the server closed it (EOF is readable)
-            try:
-                connection = await self._connect()
-            except _BROKEN as exc:
-                raise TransportError(f"cannot connect to {self.origin.authority}: {exc!r}") from exc
+            connection = await open_connection(
+                self.origin,
+                ssl_context=self._ssl_context,
+                server_hostname=self._server_hostname,
+                proxy=self.proxy,
+                proxy_headers=self._proxy_headers,
+                connect_timeout=self._connect_timeout,
+            )
+            self.connections_opened += 1
             self._active.add(connection)
             return connection
         except BaseException:
             self._limit.release()
             raise
 
-    async def _connect(self) -> _Connection:
-        with trio.move_on_after(self._connect_timeout):
-            return await self._open()
-        via = f" via proxy {self.proxy.authority}" if self.proxy is not None else ""
-        steps = "TCP connect and TLS handshake" if self.origin.tls else "TCP connect"
-        raise TransportError(
-            f"cannot connect to {self.origin.authority}{via}: no answer within "
-            f"{self._connect_timeout:g} s ({steps})"
-        )
-
-    async def _open(self) -> _Connection:
-        if self.proxy is None:
-            tcp = await trio.open_tcp_stream(self.origin.host, self.origin.port)
-        else:
-            tcp = await trio.open_tcp_stream(self.proxy.host, self.proxy.port)
-            try:
-                await self._tunnel(tcp)
-            except BaseException:
-                tcp.socket.close()
-                raise
-        stream: trio.abc.Stream = tcp
-        if self.origin.tls:
-            assert self._ssl_context is not None
-            tls = trio.SSLStream(
-                tcp,
-                self._ssl_context,
-                server_hostname=self._server_hostname,
-                https_compatible=True,
-            )
-            try:
-                await tls.do_handshake()
-            except BaseException:
-                tcp.socket.close()
-                raise
-            stream = tls
-        self.connections_opened += 1
-        return _Connection(stream, tcp.socket)
-
-    async def _tunnel(self, tcp: trio.SocketStream) -> None:
-        """Ask the proxy for a tunnel to the origin (``CONNECT host:port``).
-
-        Raises:
-            TransportError: the proxy refused, closed, or answered malformed.
-        """
-        connection = h11.Connection(h11.CLIENT)
-        request = h11.Request(
-            method="CONNECT", target=self.origin.authority, headers=self._proxy_headers
-        )
-        await tcp.send_all(connection.send(request) + connection.send(h11.EndOfMessage()))
-        while True:
-            try:
-                event = connection.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise TransportError(f"proxy: malformed answer to CONNECT: {exc}") from exc
-            if event is h11.NEED_DATA:
-                data = await tcp.receive_some(RECEIVE_BYTES)
-                if not data:
-                    raise TransportError("proxy: closed the connection during CONNECT")
-                connection.receive_data(data)
-            elif isinstance(event, h11.Response):
-                if not 200 <= event.status_code < 300:
-                    raise TransportError(
-                        f"proxy: CONNECT {self.origin.authority} answered {event.status_code}"
-                    )
-                if connection.trailing_data[0]:
-                    raise TransportError("proxy: sent data before the tunnel was used")
-                return
-
-    def _release(self, connection: _Connection, *, reuse: bool) -> None:
+    def _release(self, connection: Connection, *, reuse: bool) -> None:
         if connection in self._active:
             self._active.discard(connection)
             self._limit.release()

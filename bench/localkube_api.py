@@ -30,9 +30,10 @@ updates: Scheduled, Running, Succeeded, with the conditions they set) while ``--
 streams watch the Runs; it prints the server's CPU per Run and per write (the schema, CEL
 rules and status subresource path of every Run write).
 
-Usage: ``python bench/localkube.py [--seconds S] [--writers N] [--watchers N] [--rate R]
-[--runs N] [--json]``; ``--quick`` is a short run; ``--report-json PATH`` writes the figures
-for bench/report.py.
+Usage: ``python bench/localkube_api.py [--seconds S] [--writers N] [--watchers N]
+[--rate R] [--runs N] [--json]``; ``--quick`` is a short run; ``--report-json PATH`` writes
+the figures for bench/report.py. The server child is started and stopped by
+:mod:`benchkit.apiserver_child` (shared with bench/kube_client.py).
 """
 
 from __future__ import annotations
@@ -41,10 +42,7 @@ import argparse
 import json
 import os
 import re
-import signal
 import ssl
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -57,10 +55,7 @@ import httpx
 import trio
 import trio.lowlevel
 import yaml
-
-# this script is bench/localkube.py: keep its folder off sys.path so that "localkube" is the
-# package under src/, not this file
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+from benchkit.apiserver_child import running_apiserver_child
 
 NAMESPACE = "default"
 _SEQ = re.compile(rb'"seq":"(\d+)"')
@@ -79,37 +74,6 @@ def _percentile(values: list[float], q: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-async def _start_server(state_dir: Path) -> tuple[trio.Process, str, str, bytes]:
-    process = await trio.lowlevel.open_process(
-        [
-            sys.executable,
-            "-m",
-            "localkube.cli",
-            "apiserver",
-            "--state-dir",
-            str(state_dir),
-            "--port",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    output = b""
-    with trio.fail_after(30):
-        while b"export KUBECONFIG=" not in output:
-            chunk = await process.stdout.receive_some()
-            if not chunk:
-                raise RuntimeError("localkube apiserver exited before serving")
-            output += chunk
-    config = yaml.safe_load((state_dir / "kubeconfig").read_text())
-    cluster = config["clusters"][0]["cluster"]
-    import base64
-
-    ca = base64.b64decode(cluster["certificate-authority-data"])
-    return process, cluster["server"], config["users"][0]["user"]["token"], ca
 
 
 class Bench:
@@ -306,9 +270,9 @@ async def run(
     seconds: float, writers: int, watchers: int, httpx_watchers: bool = False, rate: float = 0.0
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="localkube-bench-") as tmp:
-        process, url, token, ca = await _start_server(Path(tmp))
-        try:
-            bench = Bench(url, token, ca)
+        async with running_apiserver_child(Path(tmp)) as server:
+            process = server.process
+            bench = Bench(server.server, server.token, server.ca_pem)
             async with bench.client() as client:
                 since = (await client.get(CMS)).json()["metadata"]["resourceVersion"]
             async with trio.open_nursery() as nursery:
@@ -338,12 +302,6 @@ async def run(
                 client_cpu = time.process_time() - client_cpu
                 await trio.sleep(0.5)  # let watchers drain
                 nursery.cancel_scope.cancel()
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(5):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
     delays_ms = [d * 1000 for d in bench.delays]
     return {
         "seconds": round(elapsed, 2),
@@ -485,9 +443,9 @@ def _run_statuses(pod: str, pod_uid: str) -> list[dict[str, Any]]:
 async def run_runs(runs: int, writers: int, watchers: int) -> dict[str, Any]:
     """Measure the server's CPU per Run write (create + three status updates per Run)."""
     with tempfile.TemporaryDirectory(prefix="localkube-bench-runs-") as tmp:
-        process, url, token, ca = await _start_server(Path(tmp))
-        try:
-            bench = Bench(url, token, ca)
+        async with running_apiserver_child(Path(tmp)) as server:
+            process, url, token = server.process, server.server, server.token
+            bench = Bench(url, token, server.ca_pem)
             async with RawClient(url, token, bench.ssl) as client:
                 await client.request(
                     "POST",
@@ -546,12 +504,6 @@ async def run_runs(runs: int, writers: int, watchers: int) -> dict[str, Any]:
                 server_cpu = _cpu_seconds(process.pid) - server_cpu
                 await trio.sleep(0.3)  # let watchers drain
                 nursery.cancel_scope.cancel()
-        finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(5):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
     return {
         "runs": runs,
         "writers": writers,
