@@ -16,19 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-# bench/ holds a localkube.py script of its own: import the package, not the sibling script
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import trio
 
-import trio  # noqa: E402
-
-from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster  # noqa: E402
-from localkube.controllers.kubeapi import Kube  # noqa: E402
+from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster
+from localkube.controllers.kubeapi import Kube
 
 PODS = "/api/v1/namespaces/default/pods"
 CONTAINER = {

@@ -26,8 +26,6 @@ from pathlib import Path
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench/ holds a localkube.py of its own: keep it from shadowing the localkube package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.append(str(ROOT))  # for tests.controlplane.harness
 
 from krt.kube.client import connect  # noqa: E402

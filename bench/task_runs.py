@@ -51,8 +51,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench/ holds a localkube.py of its own: keep it from shadowing the localkube package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.append(str(ROOT / "tests" / "runtimed"))
 
 import httpx  # noqa: E402
