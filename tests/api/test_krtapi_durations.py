@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from krt.api.durations import format_duration, parse_duration
+from krt.api.durations import MAX_DURATION_SECONDS, format_duration, parse_duration
 from krt.api.errors import DurationError
-from krt.api.limits import DURATION_PATTERN
+from krt.api.limits import DURATION_PATTERN, MAX_DURATION_TEXT
 
 
 @pytest.mark.parametrize(
@@ -67,9 +67,46 @@ def test_parser_agrees_with_the_crd_pattern(text: str) -> None:
     try:
         parse_duration(text)
         parsed = True
-    except DurationError:
+    except DurationError as exc:
         parsed = False
+        if "too long" in str(exc):  # beyond Go's maximum: the CRD's bound rule, not its pattern
+            assert accepted_by_crd
+            return
     assert parsed is accepted_by_crd
+
+
+@pytest.mark.parametrize(
+    ("text", "nanoseconds"),
+    [
+        ("2562047h47m16.854775807s", 2**63 - 1),
+        ("9223372036854775807ns", 2**63 - 1),
+        ("2562047h2836.854775807s", 2**63 - 1),
+        ("2562047h47m16.8547758079s", 2**63 - 1),  # the fraction below 1 ns is dropped, as in Go
+    ],
+)
+def test_go_maximum_is_accepted(text: str, nanoseconds: int) -> None:
+    assert parse_duration(text, field="spec.timeout") == pytest.approx(nanoseconds / 1e9)
+    assert parse_duration(text) == MAX_DURATION_SECONDS
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1000000000h", "2562048h", "2562047h47m17s", "9223372036854775808ns", "2562047h2562047h"],
+)
+def test_beyond_go_maximum_is_rejected_naming_field_and_limit(text: str) -> None:
+    """F1: such values overflowed runtimed's deadline arithmetic; Go rejects them too."""
+    with pytest.raises(DurationError) as caught:
+        parse_duration(text, field="spec.timeout", positive=True)
+    assert caught.value.field == "spec.timeout"
+    assert f"at most {MAX_DURATION_TEXT}" in str(caught.value)
+    assert str(caught.value).startswith(f"spec.timeout: duration {text!r} is too long")
+
+
+def test_clamp_reads_a_stored_overlong_value_as_the_maximum() -> None:
+    assert parse_duration("1000000000h", clamp=True) == MAX_DURATION_SECONDS
+    assert parse_duration("90s", clamp=True) == 90.0
+    with pytest.raises(DurationError, match="Go duration"):
+        parse_duration("10 minutes", clamp=True)
 
 
 @given(st.integers(min_value=0, max_value=10**7), st.integers(min_value=0, max_value=999))

@@ -188,3 +188,30 @@ def test_ended_patch_fields() -> None:
         "conditions": [],
     }
     assert type(patch["reason"]) is str
+
+
+def _running(timeout: str, *, start: str = "2026-11-29T08:00:00Z", backoff: str = "2s") -> Run:
+    obj = with_changes(task_run(), spec__timeout=timeout, spec__retryPolicy__backoff=backoff)
+    return Run.from_dict(
+        apply_merge_patch(obj, {"status": {"phase": "Running", "attempt": 1, "startTime": start}})
+    )
+
+
+def test_stored_overlong_timeout_reads_as_go_maximum_not_an_overflow() -> None:
+    """F1: an object stored before the CRD bounded spec.timeout must not wedge runtimed."""
+    run = _running("1000000000h")
+    deadline = timeout_deadline(run)
+    assert deadline == T0 + timedelta(seconds=(2**63 - 1) / 1e9)
+
+
+def test_deadline_past_the_last_datetime_is_clamped() -> None:
+    run = _running("2562047h", start="9999-06-01T00:00:00Z")
+    assert timeout_deadline(run) == datetime.max.replace(tzinfo=UTC)
+    assert timeout_deadline(run) > datetime(9999, 12, 31, tzinfo=UTC)  # comparable, no error
+
+
+def test_stored_overlong_backoff_is_capped_not_an_error() -> None:
+    from krt.api.retry import backoff_seconds
+
+    run = _running("1h", backoff="1000000000h")
+    assert backoff_seconds(run.spec.effective_retry_policy, 1) == 300.0

@@ -49,9 +49,35 @@ async def invoker(kube: Kube) -> ServiceAccountRef:
 
 
 async def test_the_kubeconfig_token_is_used_when_there_is_one(
-    kube: Kube, apiserver: ApiServerHandle, invoker: ServiceAccountRef
+    kube: Kube, apiserver: ApiServerHandle
 ) -> None:
-    assert await invoke_token(kube, service_account=invoker) == apiserver.admin_token
+    assert await invoke_token(kube, service_account=None) == apiserver.admin_token
+
+
+async def test_a_given_service_account_is_used_even_when_the_kubeconfig_has_a_token(
+    kube: Kube, apiserver: ApiServerHandle, invoker: ServiceAccountRef, tmp_path: Path
+) -> None:
+    """F8: --service-account was silently ignored when the kubeconfig had a token."""
+    token = await invoke_token(kube, service_account=invoker)
+    assert token != apiserver.admin_token
+    assert await whoami(apiserver, token, tmp_path) == "system:serviceaccount:default:invoker"
+
+
+async def test_an_unknown_service_account_fails_even_with_a_kubeconfig_token(kube: Kube) -> None:
+    """F8: an explicit identity applies or the command fails (like kubectl --as)."""
+    with pytest.raises(CommandFailed) as caught:
+        await invoke_token(kube, service_account=ServiceAccountRef(NS, "nosuch"))
+    assert caught.value.code is ExitCode.NOT_FOUND
+    assert "ServiceAccount default/nosuch" in caught.value.message
+
+
+async def test_a_bare_service_account_name_is_in_the_commands_namespace(
+    kube: Kube, apiserver: ApiServerHandle, invoker: ServiceAccountRef, tmp_path: Path
+) -> None:
+    """F7: NAME without -n is in the command's namespace (the context's, else default)."""
+    assert kube.namespace == NS
+    token = await invoke_token(kube, service_account=parse_service_account("invoker"))
+    assert await whoami(apiserver, token, tmp_path) == "system:serviceaccount:default:invoker"
 
 
 async def test_without_a_token_a_token_request_for_the_given_service_account(
@@ -140,3 +166,14 @@ def test_parse_service_account() -> None:
     assert parse_service_account("system:serviceaccount:x:a", "") == ServiceAccountRef("x", "a")
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
         parse_service_account("x/", "ns")
+
+
+def test_a_bare_name_without_a_namespace_yet_is_filled_in_once_connected() -> None:
+    """F7: without -n the namespace is only known after connecting (the context's)."""
+    bare = parse_service_account("a")
+    assert bare == ServiceAccountRef("", "a")
+    assert bare.in_namespace("team") == ServiceAccountRef("team", "a")
+    assert ServiceAccountRef("x", "a").in_namespace("team") == ServiceAccountRef("x", "a")
+    for text in ("", "/a", "system:serviceaccount::a", "system:serviceaccount:x:"):
+        with pytest.raises(ValueError, match="NAMESPACE/NAME"):
+            parse_service_account(text)

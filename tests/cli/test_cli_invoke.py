@@ -189,3 +189,31 @@ async def test_a_task_run_cannot_be_invoked(kube: Kube, cli: CliRun) -> None:
     result = await cli("invoke", "task", "-d", "{}")
     assert result.exit_code == ExitCode.INVALID
     assert "is a task Run" in result.stderr
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+async def test_service_account_name_without_namespace_uses_the_commands_namespace(
+    kube: Kube,
+    cli: CliRun,
+    gateway: FakeGateway,
+    apiserver: ApiServerHandle,
+    tmp_path: Path,
+    how: str,
+) -> None:
+    """F7: `--service-account NAME` (or KRT_SERVICE_ACCOUNT=NAME) without -n was exit 2;
+    F8: with a kubeconfig token the ServiceAccount's token is sent, not the kubeconfig's."""
+    from krt.kube.resources import SERVICEACCOUNTS
+
+    from .test_cli_credentials import whoami
+
+    await kube.create(SERVICEACCOUNTS, {"metadata": {"name": "invoker", "namespace": NS}})
+    await ready_function(kube, "fn", host="127.0.0.1", port=gateway.port, ca_pem=gateway.ca_pem)
+    if how == "flag":
+        result = await cli("invoke", "fn", "-d", "{}", "--service-account", "invoker")
+    else:
+        result = await cli("invoke", "fn", "-d", "{}", env={"KRT_SERVICE_ACCOUNT": "invoker"})
+    assert result.exit_code == 0, result.output
+    [request] = gateway.requests
+    token = request["headers"]["authorization"].removeprefix("Bearer ")
+    assert token != apiserver.admin_token
+    assert await whoami(apiserver, token, tmp_path) == "system:serviceaccount:default:invoker"

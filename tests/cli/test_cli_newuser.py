@@ -451,6 +451,21 @@ def test_a_failed_registration_message_keeps_the_exception_and_drops_the_frames(
     )
 
 
+def test_the_traceback_cut_matches_the_newline_the_runtime_server_writes() -> None:
+    """F9: status.message carries the server's text with a newline before "Traceback"."""
+    message = (
+        "RegistrationFailed; attempt 1 of 1 failed (RegistrationFailed): RegisterFunction "
+        "FAILED_PRECONDITION: registration attempt 1 failed: cannot load handler bad.invoke: "
+        "ModuleNotFoundError: No module named 'nosuchmod'\nTraceback (most recent call last, "
+        'innermost frames):\n  File "/w/bad.py", line 1, in <module>\n    import nosuchmod\n'
+        "; no attempts left"
+    )
+    short = without_traceback(message)
+    assert short.endswith("No module named 'nosuchmod' [traceback left out]")
+    assert "\n" not in short
+    assert "File " not in short
+
+
 def test_help_tells_exit_1_and_exit_8_apart() -> None:
     """1 is final (the Run ended); 8 is "not Ready yet, retry": the help must not blur them."""
     text = CliRunner().invoke(krt, ["--help"]).output

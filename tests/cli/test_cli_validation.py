@@ -67,6 +67,11 @@ def test_the_unreachable_kubeconfig_fails_with_exit_6(files: Path) -> None:
             "Go duration",
         ),
         (["run", "--runtime", "python", "--timeout", "0", "--", "x"], "--timeout", "positive"),
+        (
+            ["run", "--runtime", "python", "--timeout", "1000000000h", "--", "x"],
+            "--timeout",
+            "at most 2562047h47m16.854775807s",
+        ),
         (["run", "--runtime", "python", "--backoff", "-1s", "--", "x"], "--backoff", "duration"),
         (["run", "--runtime", "python", "--ttl", "1d", "--", "x"], "--ttl", "duration"),
         (["run", "--runtime", "python", "--retries", "100", "--", "x"], "--retries", "0<=x<=99"),
@@ -277,6 +282,72 @@ def test_no_kubeconfig_at_all_is_exit_6_with_a_hint(tmp_path: Path) -> None:
     assert result.exit_code == ExitCode.UNREACHABLE, result.output
     assert result.stderr.startswith("error: no usable Kubernetes configuration: ")
     assert "KUBECONFIG" in result.stderr
+
+
+def _no_cluster_env(tmp_path: Path, **env: str | None) -> dict[str, str | None]:
+    return {
+        "KRT_KUBECONFIG": None,
+        "KUBECONFIG": None,
+        "HOME": str(tmp_path),
+        "KUBERNETES_SERVICE_HOST": None,
+        **env,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("garbage: [\n", "invalid YAML (line 2, column 1): expected the node content"),
+        ("[]\n", "not a kubeconfig (a YAML list where a mapping"),
+        ("apiVersion: v1\nclusters: []\n", "no current-context is set"),
+        ("", "is empty"),
+    ],
+    ids=["not-yaml", "a-list", "no-current-context", "empty"],
+)
+@pytest.mark.parametrize("how", ["KUBECONFIG", "KRT_KUBECONFIG", "--kubeconfig"])
+def test_a_malformed_kubeconfig_is_one_line_and_exit_6(
+    tmp_path: Path, text: str, problem: str, how: str
+) -> None:
+    """F6: these were Python tracebacks with exit 1."""
+    path = tmp_path / "bad.kc"
+    path.write_text(text)
+    args = ["get", "--kubeconfig", str(path)] if how == "--kubeconfig" else ["get"]
+    env = _no_cluster_env(tmp_path, **({} if how == "--kubeconfig" else {how: str(path)}))
+    result = CliRunner().invoke(krt, args, env=env)
+    assert result.exit_code == ExitCode.UNREACHABLE, result.output
+    assert result.stderr.startswith(f"error: no usable Kubernetes configuration: {path}"), (
+        result.stderr
+    )
+    assert problem in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_kubeconfig_env_naming_a_missing_file_says_which(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent"
+    result = CliRunner().invoke(
+        krt, ["get"], env=_no_cluster_env(tmp_path, KUBECONFIG=str(missing))
+    )
+    assert result.exit_code == ExitCode.UNREACHABLE, result.output
+    assert f"KUBECONFIG names {missing}, which does not exist" in result.stderr
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_kubeconfig_flag_naming_a_missing_file_is_exit_6_like_the_env_form(
+    tmp_path: Path, where: str
+) -> None:
+    """F6: --kubeconfig /nonexistent was a click usage error (exit 2)."""
+    missing = str(tmp_path / "nonexistent")
+    args = (
+        ["--kubeconfig", missing, "get"] if where == "before" else ["get", "--kubeconfig", missing]
+    )
+    result = CliRunner().invoke(krt, args, env=_no_cluster_env(tmp_path))
+    assert result.exit_code == ExitCode.UNREACHABLE, result.output
+    assert result.stderr == (
+        f"error: no usable Kubernetes configuration: kubeconfig {missing!r} does not exist "
+        "(use --kubeconfig FILE or set KUBECONFIG; for a local cluster run krt dev up "
+        "--detach, then source ~/.krt/dev/env)\n"
+    )
 
 
 def test_version_without_a_server_still_prints_the_client_version(files: Path) -> None:

@@ -248,6 +248,9 @@ async def test_failed_initialisation_is_failed_with_fatal_error(
     error = await expect(Code.FAILED_PRECONDITION, svc.register(request(tmp_path)))
     assert "No module named 'handler'" in error.message
     (reg,) = svc.table.registrations()
+    # F9: runtimed copies this detail into Run status; the opaque ID must not be in it
+    assert error.message == f"registration attempt 1 failed: {adapter.fail_with}"
+    assert reg.registration_id not in error.message
     status = svc.status("run-1", reg.registration_id)
     assert status.state is RegistrationState.FAILED
     assert status.fatal_error == adapter.fail_with
@@ -649,7 +652,9 @@ async def test_superseding_a_registration_that_is_still_starting(
         await trio.sleep(1)
         new = await svc.register(request(tmp_path, registration_attempt=2))
     assert new.state is RegistrationState.READY
-    assert "superseded" in errors[0].message
+    assert errors[0].message == (
+        "registration attempt 1 was superseded or unregistered while it was starting"
+    )
     assert adapter.started == 1  # the first start was cancelled before it finished
     assert [r.registration_id for r in svc.table.registrations()] == [new.registration_id]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -244,7 +245,20 @@ async def test_registration_failure_reports_fatal_error(
         with pytest.raises(purerpc.RpcFailedError) as excinfo:
             await server.functions.RegisterFunction(register_request(handler="broken.handle"))
         assert excinfo.value.status.status_code == purerpc.StatusCode.FAILED_PRECONDITION
-        assert "No module named 'does_not_exist'" in excinfo.value.status.status_message
+        detail = excinfo.value.status.status_message
+        assert "No module named 'does_not_exist'" in detail
+        # F9: runtimed copies this detail into Run status: no opaque registration ID in it,
+        # and `krt function create` can cut the traceback that follows the exception
+        assert detail.startswith(
+            "registration attempt 1 failed: cannot load handler broken.handle: "
+            "ModuleNotFoundError: No module named 'does_not_exist'\nTraceback (most recent"
+        )
+        assert re.search(r"reg_[0-9a-f]{8}", detail) is None
+        from krt.cli.function_cmd import without_traceback
+
+        assert without_traceback(f"RegistrationFailed; RegisterFunction {detail}").endswith(
+            "No module named 'does_not_exist' [traceback left out]"
+        )
         assert (
             await status_code(server.functions.RegisterFunction(register_request(handler="nodots")))
             == purerpc.StatusCode.INVALID_ARGUMENT

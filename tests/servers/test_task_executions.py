@@ -174,7 +174,7 @@ async def test_forget_removes_only_the_working_dir_the_server_created(
     assert (await manager.wait("made")).state is ExecutionState.SUCCEEDED
 
 
-async def test_environment_is_exactly_env_plus_path_and_home(
+async def test_environment_is_exactly_env_plus_path_home_and_pythonunbuffered(
     manager: ExecutionManager, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("KRT_SERVER_SECRET", "hunter2")
@@ -189,7 +189,8 @@ async def test_environment_is_exactly_env_plus_path_and_home(
     env = json.loads(status.stdout)
     assert env["GREETING"] == "hi"
     assert env["HOME"] == str(tmp_path / "t1")
-    assert set(env) - {"GREETING", "HOME", "PATH", "LC_CTYPE"} == set()
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert set(env) - {"GREETING", "HOME", "PATH", "PYTHONUNBUFFERED", "LC_CTYPE"} == set()
 
 
 async def test_stdout_and_stderr_keep_head_and_tail_with_a_marker(
@@ -394,3 +395,38 @@ async def test_only_a_failed_execution_logs_its_end_at_info(
     await run(manager, id="bad", args=["-c", "raise SystemExit(3)"])
     ended = [r.__dict__["execution_id"] for r in caplog.records if r.msg == "execution finished"]
     assert ended == ["bad"]
+
+
+async def test_python_task_output_streams_before_it_exits(
+    manager: ExecutionManager, tmp_path: Path
+) -> None:
+    """F2: a task's stdout is a pipe; without PYTHONUNBUFFERED Python would hold 'tick'
+    in its buffer until exit, and ``krt run --follow`` would show nothing meanwhile."""
+    go = tmp_path / "go"
+    script = (
+        "import os, time\n"
+        "print('tick')\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.01)\n"
+    )
+    exec_id = manager.execute(ExecuteRequest(id="t-stream", args=["-c", script]))
+    with trio.fail_after(10):
+        while manager.status(exec_id).stdout != "tick\n":  # noqa: ASYNC110 - a real process
+            await trio.sleep(0.02)
+    assert manager.status(exec_id).state is ExecutionState.RUNNING
+    go.touch()
+    status = await manager.wait(exec_id)
+    assert status.state is ExecutionState.SUCCEEDED
+
+
+@pytest.mark.parametrize(("env", "seen"), [({}, "'1'"), ({"PYTHONUNBUFFERED": ""}, "''")])
+async def test_task_env_sets_pythonunbuffered_unless_the_spec_env_does(
+    manager: ExecutionManager, env: dict[str, str], seen: str
+) -> None:
+    status = await run(
+        manager,
+        id="t-env",
+        args=["-c", "import os; print(repr(os.environ.get('PYTHONUNBUFFERED')))"],
+        env=env,
+    )
+    assert status.stdout == f"{seen}\n"

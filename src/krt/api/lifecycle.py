@@ -19,7 +19,7 @@ instead of writing a transition the state machine forbids.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from krt.api.conditions import Condition, bound_message, set_condition, wire_conditions
 from krt.api.constants import Reason, RunConditionType
@@ -300,10 +300,17 @@ def cancelled_patch(run: Run, *, now: datetime, message: str = "cancel requested
 def timeout_deadline(run: Run) -> datetime | None:
     """When ``spec.timeout`` expires: ``startTime + timeout``, or ``None`` if either is unset.
 
+    Never overflows: a deadline past the last representable instant is that instant
+    (``datetime.max``, in UTC when ``startTime`` is zone-aware), which no clock reaches.
+
     Raises:
         DurationError: ``spec.timeout`` is malformed.
     """
     seconds = run.spec.timeout_seconds
-    if seconds is None or run.status.start_time is None:
+    start = run.status.start_time
+    if seconds is None or start is None:
         return None
-    return run.status.start_time + timedelta(seconds=seconds)
+    try:
+        return start + timedelta(seconds=seconds)
+    except OverflowError:
+        return datetime.max if start.tzinfo is None else datetime.max.replace(tzinfo=UTC)

@@ -46,6 +46,10 @@ MAX_ENV_VALUE_CHARS: Final = 32 * 1024
 #: ns, us, µs (U+00B5 or U+03BC), ms, s, m, h.
 DURATION_PATTERN: Final = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$"
 MAX_DURATION_CHARS: Final = 64
+#: The longest duration Go's ``time.ParseDuration`` accepts: int64 nanoseconds
+#: (``2562047h47m16.854775807s``, about 292 years); longer ones are rejected, not wrapped.
+MAX_DURATION_NANOSECONDS: Final = 2**63 - 1
+MAX_DURATION_TEXT: Final = "2562047h47m16.854775807s"
 MAX_ATTEMPTS: Final = 100
 #: Exponential backoff never waits longer than this between two attempts (seconds).
 MAX_BACKOFF_SECONDS: Final = 300.0

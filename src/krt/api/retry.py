@@ -190,7 +190,7 @@ def backoff_seconds(policy: RetryPolicy, failed_attempt: int) -> float:
     base = (
         DEFAULT_BACKOFF_SECONDS
         if policy.backoff is None
-        else parse_duration(policy.backoff, field="spec.retryPolicy.backoff")
+        else parse_duration(policy.backoff, field="spec.retryPolicy.backoff", clamp=True)
     )
     if base <= 0:
         return 0.0

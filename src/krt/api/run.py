@@ -211,12 +211,15 @@ class RunSpec:
     def timeout_seconds(self) -> float | None:
         """``spec.timeout`` in seconds, or ``None`` when unset.
 
+        A stored value longer than Go's maximum duration (admitted before the CRD bounded
+        it) reads as that maximum, about 292 years.
+
         Raises:
             DurationError: the stored string is not a positive Go duration.
         """
         if self.timeout is None:
             return None
-        return parse_duration(self.timeout, field="spec.timeout", positive=True)
+        return parse_duration(self.timeout, field="spec.timeout", positive=True, clamp=True)
 
     @property
     def effective_requests(self) -> dict[str, int]:

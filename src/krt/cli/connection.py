@@ -59,7 +59,7 @@ def kube_options(func: F) -> F:
         [
             click.option(
                 "--kubeconfig",
-                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                type=click.Path(path_type=Path),  # a missing file: exit 6 from connect()
                 envvar="KRT_KUBECONFIG",
                 help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).",
             ),
@@ -106,7 +106,7 @@ def global_kube_options(func: F) -> F:
         [
             click.option(
                 "--kubeconfig",
-                type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                type=click.Path(path_type=Path),  # a missing file: exit 6 from connect()
                 expose_value=False,
                 allow_from_autoenv=False,  # KRT_* are read by the command's own options
                 callback=remember,
@@ -152,7 +152,8 @@ async def open_kube(target: KubeTarget) -> AsyncIterator[Kube]:
         A connected :class:`~krt.kube.client.Kube` whose ``namespace`` is the one to use.
 
     Raises:
-        ConfigError: no kubeconfig and not in a cluster, or an unknown context.
+        ConfigError: no kubeconfig and not in a cluster, a missing or malformed kubeconfig
+            file (named in the message), or an unknown context.
         ConnectionFailed: the API server did not answer.
         ApiError: ``/version`` was refused (e.g. 401).
     """

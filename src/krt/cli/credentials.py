@@ -1,14 +1,17 @@
 """The bearer token ``krt invoke`` sends to the gateway (seed 000, Authentication).
 
 The gateway (through runtimed) authorizes the caller with a SelfSubjectAccessReview made with
-the caller's own token, which must be valid for the Kubernetes API audience. So the token is
-the one the kubeconfig authenticates with:
+the caller's own token, which must be valid for the Kubernetes API audience. The token is,
+first that applies:
 
-1. the kubeconfig's (or in-cluster ServiceAccount's) bearer token, as kr8s loaded it (static
-   ``token``, ``tokenFile``, exec plugins, OIDC ``id-token``);
-2. where there is none (client-certificate users, e.g. kind's admin), a short-lived token
-   from a TokenRequest (``serviceaccounts/{name}/token``) for ``--service-account``, or for
-   the current identity when a SelfSubjectReview shows it is a ServiceAccount.
+1. with ``--service-account`` (``KRT_SERVICE_ACCOUNT``), a short-lived token from a
+   TokenRequest (``serviceaccounts/{name}/token``) for that ServiceAccount, whatever the
+   kubeconfig holds: an explicit identity applies or the command fails (like kubectl's
+   ``--as``), it is never silently replaced by the kubeconfig's own;
+2. else the kubeconfig's (or in-cluster ServiceAccount's) bearer token, as kr8s loaded it
+   (static ``token``, ``tokenFile``, exec plugins, OIDC ``id-token``);
+3. where there is none (client-certificate users, e.g. kind's admin), a TokenRequest token
+   for the current identity when a SelfSubjectReview shows it is a ServiceAccount.
 
 Tokens are never printed or logged.
 """
@@ -36,25 +39,43 @@ SERVICEACCOUNT_PREFIX = "system:serviceaccount:"
 
 @dataclass(frozen=True)
 class ServiceAccountRef:
-    """A ServiceAccount to request a token for."""
+    """A ServiceAccount to request a token for.
+
+    Attributes:
+        namespace: its namespace; ``""`` for a bare ``NAME`` before the command's
+            namespace (``-n``, else the context's, else ``default``) is known.
+        name: its name.
+    """
 
     namespace: str
     name: str
 
+    def in_namespace(self, namespace: str) -> ServiceAccountRef:
+        """This reference, with ``namespace`` filled in when it has none yet."""
+        return self if self.namespace else ServiceAccountRef(namespace, self.name)
 
-def parse_service_account(text: str, default_namespace: str) -> ServiceAccountRef:
+
+def parse_service_account(text: str, default_namespace: str = "") -> ServiceAccountRef:
     """Read ``NAME`` or ``NAMESPACE/NAME`` (or ``system:serviceaccount:NS:NAME``).
 
+    Args:
+        text: the flag's value.
+        default_namespace: the namespace of a bare ``NAME``; ``""`` leaves it to be filled
+            in once connected (:meth:`ServiceAccountRef.in_namespace`).
+
     Raises:
-        ValueError: empty parts.
+        ValueError: an empty name, or an empty namespace in the ``NAMESPACE/NAME`` or
+            ``system:serviceaccount:NS:NAME`` forms.
     """
     if text.startswith(SERVICEACCOUNT_PREFIX):
         namespace, _, name = text[len(SERVICEACCOUNT_PREFIX) :].partition(":")
+        explicit = True
     elif "/" in text:
         namespace, _, name = text.partition("/")
+        explicit = True
     else:
-        namespace, name = default_namespace, text
-    if not namespace or not name:
+        namespace, name, explicit = default_namespace, text, False
+    if not name or (explicit and not namespace):
         raise ValueError(f"{text!r} is not NAME, NAMESPACE/NAME or system:serviceaccount:NS:NAME")
     return ServiceAccountRef(namespace, name)
 
@@ -115,20 +136,22 @@ async def invoke_token(kube: Kube, *, service_account: ServiceAccountRef | None)
 
     Args:
         kube: the client connected with the user's kubeconfig.
-        service_account: ``--service-account``; used only when the kubeconfig has no token.
+        service_account: ``--service-account``; when given, always used (a bare name is in
+            ``kube.namespace``), even if the kubeconfig has a token of its own.
 
     Returns:
         The token.
 
     Raises:
         CommandFailed: no token can be had (exit code 4, with what to do about it), or a
-            TokenRequest was refused.
+            TokenRequest was refused (e.g. 403 without ``create serviceaccounts/token``, 404
+            for an unknown ServiceAccount).
     """
-    token = kubeconfig_token(kube)
-    if token is not None:
-        return token
-    account = service_account
+    account = service_account.in_namespace(kube.namespace) if service_account else None
     if account is None:
+        token = kubeconfig_token(kube)
+        if token is not None:
+            return token
         try:
             account = await current_service_account(kube)
         except ApiError:

@@ -6,7 +6,9 @@ peer mTLS Secret, the built-in ``python`` and ``bash`` Runtimes in ``default``),
 until everything is ready (:mod:`krt.cli.dev_install`); ``--no-install`` gives a bare
 cluster. With ``--detach`` the cluster runs in the background and the command returns once
 kruntimes is ready; in the foreground it prints ``Ready`` and serves until Ctrl-C. Re-running
-``up --detach`` on a running cluster re-applies the install (idempotent) and returns.
+``up --detach`` on a running cluster re-applies the install (idempotent) and returns. Every
+object is reported kubectl style; the built-in Runtimes are created only when missing, so
+edits to them survive a re-run (:mod:`krt.cli.dev_install`).
 
 localkube is imported inside the commands only: the rest of krt never imports it.
 
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from krt.kube.http11_errors import describe_failure
 
 DEFAULT_STATE_DIR = Path("~/.krt/dev")
 PID_FILE = "krt-dev.pid"
@@ -121,6 +125,12 @@ def up(
 
     Re-running on an existing state directory resumes its objects and restarts their Pods;
     re-running with --detach while the cluster runs re-applies the install and returns.
+
+    Each object of the install is reported as kubectl apply reports it (created,
+    configured, unchanged). The system parts (CRDs, RBAC, control plane, gateway) are
+    applied like kubectl apply: an edit of them is put back ("configured"). The built-in
+    Runtimes python and bash are created only when missing: edits to them (kubectl edit
+    runtime bash) are kept ("kept"); delete one to get its default back.
 
     \b
     Examples:
@@ -255,7 +265,7 @@ def _up_foreground(
     except ImageTableError as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
-        raise click.ClickException(f"cannot start localkube: {exc}") from exc
+        raise click.ClickException(f"cannot start localkube: {describe_failure(exc)}") from exc
     finally:
         rec = _read_pid(state)
         if rec is not None and rec.get("pid") == me:
@@ -421,8 +431,13 @@ def _pod_lines(url: str, kubeconfig: Path) -> list[str]:
         cfg = yaml.safe_load(kubeconfig.read_text())
         token = cfg["users"][0]["user"]["token"]
         ca = base64.b64decode(cfg["clusters"][0]["cluster"]["certificate-authority-data"])
-    except (OSError, KeyError, IndexError, TypeError, ValueError, yaml.YAMLError) as exc:
-        return [f"(cannot read {kubeconfig}: {exc})"]
+    except OSError as exc:
+        return [f"(cannot read {kubeconfig}: {describe_failure(exc)})"]
+    except (KeyError, IndexError, TypeError, ValueError, yaml.YAMLError):
+        return [
+            f"(cannot read {kubeconfig}: not a kubeconfig with a user token and "
+            "certificate-authority-data)"
+        ]
     with tempfile.NamedTemporaryFile("wb", suffix=".crt") as ca_file:
         ca_file.write(ca)
         ca_file.flush()
@@ -435,8 +450,10 @@ def _pod_lines(url: str, kubeconfig: Path) -> list[str]:
                 timeout=5.0,
             )
             pods = r.json().get("items", [])
-        except (httpx.HTTPError, ValueError) as exc:
-            return [f"(cannot list Pods: {exc})"]
+        except httpx.HTTPError as exc:
+            return [f"(cannot list Pods: {describe_failure(exc)})"]
+        except ValueError:
+            return [f"(cannot list Pods: the answer (HTTP {r.status_code}) is not JSON)"]
     lines = [f"{len(pods)} pod(s)"]
     for p in pods:
         st = p.get("status") or {}

@@ -12,6 +12,11 @@ that is missing; when it exists, leave it alone if every field the manifest sets
 has that value (:func:`is_applied`: server defaults are extra fields, not differences),
 else replace it with the manifest (keeping ``resourceVersion``, so a concurrent writer gets
 409). Re-running ``krt dev up`` therefore changes nothing and restarts no Pod.
+
+An object the user owns once it exists (the built-in demo Runtimes) is applied with
+``overwrite=False``: created when missing, otherwise left as it is, edits included
+(``kept``). :func:`object_name` words an object as kubectl does (``runtime.kruntimes.io/bash``),
+so every result can be reported per object (``runtime.kruntimes.io/bash kept``).
 """
 
 from __future__ import annotations
@@ -42,11 +47,15 @@ __all__ = [
     "apply",
     "is_applied",
     "load_manifests",
+    "object_name",
     "ref_for",
 ]
 
 Obj = dict[str, Any]
-ApplyResult = Literal["created", "configured", "unchanged"]
+#: What :func:`apply` did: ``created``; ``configured`` (replaced with the manifest);
+#: ``unchanged`` (already as the manifest says); ``kept`` (differs from the manifest, left
+#: as it is because ``overwrite=False``).
+ApplyResult = Literal["created", "configured", "unchanged", "kept"]
 
 #: REST collections of every kind the manifest set holds (and the Secrets we add).
 KIND_REFS: Final[dict[str, ResourceRef]] = {
@@ -116,6 +125,20 @@ def ref_for(doc: Mapping[str, Any]) -> ResourceRef:
     return ref
 
 
+def object_name(doc: Mapping[str, Any]) -> str:
+    """The object as ``kubectl apply`` names it: ``<kind>[.<group>]/<name>``.
+
+    E.g. ``namespace/kruntimes-system``, ``deployment.apps/krt-kruntimes-gateway``,
+    ``runtime.kruntimes.io/bash``.
+
+    Raises:
+        ValueError: a kind the install does not handle (names it).
+    """
+    ref = ref_for(doc)
+    kind = ref.kind.lower() + (f".{ref.group}" if ref.group else "")
+    return f"{kind}/{(doc.get('metadata') or {}).get('name')}"
+
+
 def is_applied(desired: Any, live: Any) -> bool:
     """Whether ``live`` already holds every value ``desired`` sets.
 
@@ -148,16 +171,18 @@ def _intent(doc: Mapping[str, Any]) -> Obj:
     return out
 
 
-async def apply(kube: Kube, doc: Mapping[str, Any]) -> ApplyResult:
+async def apply(kube: Kube, doc: Mapping[str, Any], *, overwrite: bool = True) -> ApplyResult:
     """Create ``doc``, or bring the live object to it; see the module docstring.
 
     Args:
         kube: a client allowed to write the object.
         doc: the manifest (``kind``, ``metadata.name``, ``metadata.namespace`` when
             namespaced).
+        overwrite: replace a live object that differs from ``doc`` (False: leave it as it
+            is and return ``"kept"``).
 
     Returns:
-        ``"created"``, ``"configured"`` (replaced) or ``"unchanged"``.
+        ``"created"``, ``"configured"`` (replaced), ``"unchanged"`` or ``"kept"``.
 
     Raises:
         ValueError: an unknown kind, or a namespaced manifest without a namespace.
@@ -180,6 +205,8 @@ async def apply(kube: Kube, doc: Mapping[str, Any]) -> ApplyResult:
             live = await kube.get(ref, name, namespace if ref.namespaced else None)
     if is_applied(intent, live):
         return "unchanged"
+    if not overwrite:
+        return "kept"
     replacement = copy.deepcopy(intent)
     replacement["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
     if ref.kind == "Service":  # the allocated ClusterIP is immutable: keep it

@@ -16,7 +16,14 @@ What is installed, in dependency order (each step idempotent, :mod:`krt.cli.dev_
    ``--peer-tls-secret``), so they exist before the first Runtime Pod starts;
 4. the control plane and gateway Deployments (their Secret exists, so the Pods start at once);
 5. the kruntimes-runtimes chart: the built-in ``python`` and ``bash`` Runtimes in
-   ``default``, which the control plane turns into warm Runtime Pods.
+   ``default``, which the control plane turns into warm Runtime Pods. These are created
+   only when missing: once they exist they are the user's (``kubectl edit runtime bash``
+   sticks across ``krt dev up``; delete one to get its default back).
+
+Every object gets a progress line as ``kubectl apply`` prints it
+(``deployment.apps/krt-kruntimes-gateway configured``, ``runtime.kruntimes.io/bash kept ...``),
+so a re-run never changes anything silently: steps 1-4 are applied like ``kubectl apply``
+(a user's edit of the control plane or gateway is put back, and says ``configured``).
 
 Then :func:`wait_until_ready` polls (every :data:`POLL_SECONDS`) until the control plane
 and gateway Pods are Ready, the gateway Service has a ready endpoint, and every Runtime
@@ -41,7 +48,7 @@ from typing import Any, Final
 
 import trio
 
-from krt.cli.dev_apply import ApplyResult, load_manifests
+from krt.cli.dev_apply import ApplyResult, load_manifests, object_name
 from krt.cli.dev_apply import apply as apply_manifest
 from krt.cli.dev_certs import GATEWAY_SERVICE, gateway_hosts, gateway_tls, peer_tls, tls_secret
 from krt.kube.client import Kube
@@ -90,6 +97,11 @@ CRASH_RESTARTS: Final = 2
 FATAL_WAITING: Final = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 #: Lines of a failing container's log quoted in an error.
 LOG_TAIL_LINES: Final = 15
+#: Said after an object ``krt dev up`` left as the user edited it (a ``kept`` result).
+KEPT_NOTE: Final = (
+    " (differs from the built-in default: left as you changed it; delete it to get the"
+    " default back)"
+)
 
 
 class InstallError(Exception):
@@ -122,7 +134,8 @@ class Installed:
             (``krt invoke --gateway-url`` / ``KRT_GATEWAY_URL``).
         gateway_ca_file: the gateway CA's certificate (PEM), for clients.
         runtimes: ``name -> ready replicas`` of the installed Runtimes.
-        applied: how many objects were ``created``, ``configured`` and left ``unchanged``.
+        applied: how many objects were ``created``, ``configured``, left ``unchanged``, or
+            ``kept`` as the user changed them.
     """
 
     gateway_url: str
@@ -211,7 +224,9 @@ async def install(
         kube: an admin client of the dev cluster.
         state_dir: the dev cluster's state directory (the CAs live under ``kruntimes/``).
         tracker: receives what is still pending (read it after a timeout).
-        progress: called with each progress line (no newline).
+        progress: called with each progress line (no newline): one per object applied
+            (``<kind>[.<group>]/<name> created|configured|unchanged|kept``), then the
+            readiness lines.
 
     Returns:
         Where the gateway is and how many replicas of each Runtime are ready.
@@ -223,9 +238,10 @@ async def install(
     kruntimes = load_manifests("kruntimes")
     applied: Counter[str] = Counter()
 
-    async def apply(doc: Mapping[str, Any]) -> ApplyResult:
-        result = await apply_manifest(kube, doc)
+    async def apply(doc: Mapping[str, Any], *, overwrite: bool = True) -> ApplyResult:
+        result = await apply_manifest(kube, doc, overwrite=overwrite)
         applied[result] += 1
+        progress(f"{object_name(doc)} {result}" + (KEPT_NOTE if result == "kept" else ""))
         return result
 
     try:
@@ -263,17 +279,25 @@ async def install(
         )
         if changed == "configured":
             # a new certificate (the ClusterIP changed): running gateway Pods hold the old one
-            await _restart_pods(kube, SYSTEM_NAMESPACE, "app.kubernetes.io/component=gateway")
+            restarted = await _restart_pods(
+                kube, SYSTEM_NAMESPACE, "app.kubernetes.io/component=gateway"
+            )
+            for pod in restarted:
+                progress(f"pod/{pod} deleted (the gateway's serving certificate changed)")
         for doc in kruntimes:
             if doc["kind"] == "Deployment":
                 await apply(doc)
         for doc in runtimes:
-            await apply(doc)
+            await apply(doc, overwrite=False)  # the user's once created (module docstring)
     except ValueError as exc:
         raise InstallError(f"cannot install kruntimes: {exc}") from exc
     except KubeError as exc:
         raise InstallError(f"the API server refused the install: {exc}") from exc
-    counts = ", ".join(f"{applied[k]} {k}" for k in ("created", "configured", "unchanged"))
+    counts = ", ".join(
+        f"{applied[k]} {k}"
+        for k in ("created", "configured", "unchanged", "kept")
+        if applied[k] or k != "kept"
+    )
     progress(f"kruntimes applied ({counts}): waiting for the control plane, gateway, Runtimes")
     ready = await wait_until_ready(kube, _components(runtimes), tracker=tracker, progress=progress)
     return Installed(
@@ -307,13 +331,17 @@ async def _gateway_cluster_ip(kube: Kube) -> str:
         await trio.sleep(0.1)
 
 
-async def _restart_pods(kube: Kube, namespace: str, selector: str) -> None:
+async def _restart_pods(kube: Kube, namespace: str, selector: str) -> list[str]:
+    """Delete the Pods matching ``selector`` (their Deployment replaces them); their names."""
     pods, _ = await kube.list(PODS, namespace, label_selector=selector)
+    deleted = []
     for pod in pods:
         try:
             await kube.delete(PODS, pod["metadata"]["name"], namespace)
         except NotFound:
-            pass
+            continue
+        deleted.append(str(pod["metadata"]["name"]))
+    return deleted
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:

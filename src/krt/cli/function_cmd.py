@@ -9,6 +9,7 @@ command waits for phase Ready (seed 000: registered and accepting invokes) and p
 
 from __future__ import annotations
 
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -192,8 +193,9 @@ def check_builtin_runtime_file(runtime: str, file: Path) -> None:
 
 
 #: Where a Python traceback starts inside a status message (seed 002: a registration that
-#: cannot import the handler reports the exception, then the innermost frames).
-TRACEBACK_START = " Traceback (most recent call last"
+#: cannot import the handler reports the exception, then the innermost frames): after a
+#: newline as the Runtime Server writes it, or a space once the message was flattened.
+TRACEBACK_START = re.compile(r"\s+Traceback \(most recent call last")
 
 
 def without_traceback(message: str) -> str:
@@ -210,10 +212,10 @@ def without_traceback(message: str) -> str:
         The message up to the traceback plus a note that frames were left out, or
         ``message`` unchanged when it has no traceback.
     """
-    index = message.find(TRACEBACK_START)
-    if index <= 0:
+    found = TRACEBACK_START.search(message)
+    if found is None or found.start() == 0:
         return message
-    return message[:index].rstrip() + " [traceback left out]"
+    return message[: found.start()] + " [traceback left out]"
 
 
 def _print(run: Obj, output: str) -> None:

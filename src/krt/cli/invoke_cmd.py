@@ -125,8 +125,8 @@ From outside the cluster, forward the gateway and point krt at it:
 @click.option(
     "--service-account",
     envvar="KRT_SERVICE_ACCOUNT",
-    help="[NAMESPACE/]NAME: use a TokenRequest token of this ServiceAccount when the "
-    "kubeconfig has no bearer token (client certificates).",
+    help="[NAMESPACE/]NAME: invoke as this ServiceAccount, with a TokenRequest token "
+    "(instead of the kubeconfig's credentials; NAMESPACE defaults to the command's).",
 )
 @kube_options
 def invoke_cmd(
@@ -166,10 +166,7 @@ def invoke_cmd(
         async with open_kube(target) as kube:
             run = await get_object(kube, RUNS, name, kube.namespace)
             endpoint = ready_endpoint(run)
-            sa = account
-            if sa is not None and not sa.namespace:
-                sa = ServiceAccountRef(kube.namespace, sa.name)
-            token = await invoke_token(kube, service_account=sa)
+            token = await invoke_token(kube, service_account=account)
         url, server_name = endpoint.url, None
         if gateway_url:
             url, server_name = override_base(endpoint.url, gateway_url)
@@ -182,6 +179,7 @@ def invoke_cmd(
                 tls_server_name=server_name,
                 invocation_id=invocation_id,
                 timeout_seconds=timeout,
+                gateway_url_given=bool(gateway_url),
             )
         )
 

@@ -27,6 +27,7 @@ from krt.api import limits
 from krt.api.invoke_headers import INVOCATION_ID_HEADER, OUTPUTS_HEADER, TIMEOUT_HEADER
 from krt.cli.exitcodes import ExitCode, for_http_status
 from krt.cli.failures import CommandFailed, one_line
+from krt.kube.http11_errors import describe_failure
 
 #: Seed 000: request bodies are limited to 1 MiB.
 MAX_BODY_BYTES: Final = limits.MAX_INVOKE_INPUT_BYTES
@@ -53,6 +54,8 @@ class Invocation:
         invocation_id: the caller's ID, or None to let the gateway generate one.
         timeout_seconds: the invocation timeout sent as ``X-Kruntime-Timeout``, or None for
             the gateway's default.
+        gateway_url_given: ``url`` comes from ``--gateway-url``/``KRT_GATEWAY_URL`` (error
+            messages say so instead of suggesting it).
     """
 
     url: str
@@ -62,6 +65,7 @@ class Invocation:
     tls_server_name: str | None = None
     invocation_id: str | None = None
     timeout_seconds: float | None = None
+    gateway_url_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,16 +216,8 @@ async def post(invocation: Invocation) -> InvokeResult:
                     invocation.url, content=invocation.body, headers=headers, extensions=extensions
                 )
             except httpx.ConnectError as exc:
-                reason = _reason(exc)
-                hint = (
-                    ""
-                    if "CERTIFICATE_VERIFY_FAILED" in reason
-                    else " (outside the cluster? use --gateway-url with kubectl port-forward;"
-                    " on krt dev: source ~/.krt/dev/env, which sets KRT_GATEWAY_URL)"
-                )
                 raise CommandFailed(
-                    ExitCode.UNREACHABLE,
-                    f"cannot connect to the gateway at {where}: {reason}{hint}",
+                    ExitCode.UNREACHABLE, connect_failure(exc, where=where, invocation=invocation)
                 ) from exc
             except httpx.TransportError as exc:
                 raise CommandFailed(
@@ -239,6 +235,46 @@ async def post(invocation: Invocation) -> InvokeResult:
     return _result(response, latency)
 
 
+#: Why a connection closed before the request went out (TLS handshake cut short): the
+#: gateway accepted TCP, so the address is right; it is restarting or shedding load.
+_CLOSED_EARLY: Final = ("the server closed the connection", "the server reset the connection")
+
+#: Where the gateway address comes from when it is not the endpoint's own (cluster) host.
+_OUTSIDE_HINT: Final = (
+    " (outside the cluster? use --gateway-url with kubectl port-forward;"
+    " on krt dev: source ~/.krt/dev/env, which sets KRT_GATEWAY_URL)"
+)
+
+
+def connect_failure(exc: BaseException, *, where: str, invocation: Invocation) -> str:
+    """The one-line message for a gateway connection that failed before the request was sent.
+
+    Args:
+        exc: what httpx raised (``httpx.ConnectError``, its cause chain is read).
+        where: ``host:port`` of the gateway tried.
+        invocation: the invocation; ``gateway_url_given`` decides the hint.
+
+    Returns:
+        ``cannot connect to the gateway at HOST:PORT: REASON`` plus, for a connection
+        closed during the handshake, ``(restarting?); nothing was sent, retry``; for other
+        failures the "outside the cluster?" hint only when the address is the endpoint's
+        own (not ``--gateway-url``/``KRT_GATEWAY_URL``, which the message names instead).
+    """
+    reason = _reason(exc)
+    source = " (from --gateway-url/KRT_GATEWAY_URL)" if invocation.gateway_url_given else ""
+    if reason in _CLOSED_EARLY:
+        return (
+            f"the gateway at {where}{source} closed the connection before the request was "
+            "sent (restarting?); nothing was invoked, retry"
+        )
+    hint = (
+        ""
+        if invocation.gateway_url_given or "CERTIFICATE_VERIFY_FAILED" in reason
+        else _OUTSIDE_HINT
+    )
+    return f"cannot connect to the gateway at {where}{source}: {reason}{hint}"
+
+
 def _reason(exc: BaseException) -> str:
     """The most telling text in an exception chain (TLS verification named as such)."""
     chain: list[BaseException] = []
@@ -254,8 +290,11 @@ def _reason(exc: BaseException) -> str:
                 "status.endpoint.caBundle or does not name the endpoint host",
                 400,
             )
+    for item in chain:  # under httpx's wrappers: the socket's or TLS layer's own error
+        if isinstance(item, OSError):
+            return one_line(describe_failure(item), 300)
     texts = [str(item) for item in chain if str(item)]
-    return one_line(texts[-1] if texts else type(exc).__name__, 300)
+    return one_line(texts[-1] if texts else describe_failure(exc), 300)
 
 
 def _result(response: httpx.Response, latency: float) -> InvokeResult:

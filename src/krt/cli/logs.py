@@ -32,6 +32,7 @@ import trio
 
 from krt.api.phases import is_terminal, phase_of
 from krt.kube.errors import ApiError, ConnectionFailed, error_from_status
+from krt.kube.http11_errors import describe_failure
 from krt.kube.resources import PODS
 
 if TYPE_CHECKING:
@@ -185,7 +186,23 @@ async def pod_log_lines(
             async for line in response.aiter_lines():
                 yield line
     except (httpx.TransportError, OSError) as exc:
-        raise ConnectionFailed(f"log of pod {namespace}/{pod}: {exc!r}") from exc
+        raise ConnectionFailed(f"log of pod {namespace}/{pod}: {_transport_words(exc)}") from exc
+
+
+def _transport_words(exc: BaseException) -> str:
+    """Why a log request failed, in words: the first ``OSError`` under httpx's wrappers.
+
+    httpcore raises its errors *during* handling of the socket's (``__context__``, not
+    ``__cause__``), so the chain is walked both ways before wording it.
+    """
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return describe_failure(current)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return describe_failure(exc)
 
 
 async def run_log_lines(

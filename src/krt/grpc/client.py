@@ -50,6 +50,7 @@ from krt.grpc.closed_streams import limit_closed_stream_memory
 from krt.grpc.direct_writes import plain_socket_fd, write_now
 from krt.grpc.header_checks import outbound_metadata
 from krt.grpc.hpack_encoding import LiteralHpackEncoder, install_decoder
+from krt.kube.http11_errors import describe_failure
 
 log = logging.getLogger(__name__)
 
@@ -230,11 +231,12 @@ class GrpcConnection:
                         await self._reader()
                         nursery.cancel_scope.cancel()
                 except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as group:
-                    self.close_reason = f"transport error: {group.exceptions[0]!r}"
+                    self.close_reason = describe_failure(group.exceptions[0])
                 except* (ProtocolError, h2.exceptions.H2Error, KeyError, ValueError) as group:
                     # h2 or purerpc rejected what the peer sent (KeyError/ValueError: purerpc's
                     # parser on malformed frames); the connection is unusable either way
-                    self.close_reason = f"protocol error: {group.exceptions[0]!r}"
+                    why = describe_failure(group.exceptions[0])
+                    self.close_reason = f"the server broke the HTTP/2 protocol ({why})"
             if scope.cancelled_caught and not self.close_reason:
                 self.close_reason = "closed"
         finally:
@@ -428,7 +430,8 @@ class GrpcConnection:
             )
         except h2.exceptions.H2Error as exc:
             self._accepting = False
-            raise ConnectionLostError(f"cannot open a stream: {exc!r}", dispatched=False) from exc
+            why = describe_failure(exc)
+            raise ConnectionLostError(f"cannot open a stream: {why}", dispatched=False) from exc
         call = _Call()
         self._calls[stream_id] = call
         try:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import httpx
+import yaml
 from kr8s import ServerError
 from kr8s.asyncio import Api
 
@@ -51,6 +52,7 @@ from krt.kube.errors import ConnectionFailed, KubeError, error_from_status
 from krt.kube.http11 import Http11Pool, Origin, TransportError, check_header, parse_origin
 from krt.kube.http11_errors import describe_failure
 from krt.kube.interface import KubeClient, Obj, PatchType
+from krt.kube.kubeconfig_files import kubeconfig_problem, loader_problem, missing_kubeconfig_problem
 from krt.kube.resources import ResourceRef
 
 __all__ = [
@@ -810,7 +812,7 @@ def _client_settings(
         return {"kubeconfig": os.pathsep.join(present)}, None
     if not (serviceaccount_dir / "token").exists() or not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise ConfigError(
-            "no kubeconfig (set KUBECONFIG or --kubeconfig) and not in a cluster "
+            f"{missing_kubeconfig_problem(env, candidates)}, and not in a cluster "
             f"({serviceaccount_dir}/token or KUBERNETES_SERVICE_HOST missing)"
         )
     # A kubeconfig path that does not exist keeps kr8s from reading ~/.kube/config.
@@ -846,11 +848,18 @@ async def connect(
         A connected client; the server's ``/version`` has answered.
 
     Raises:
-        ConfigError: no kubeconfig found and not running in a cluster, or unknown context.
+        ConfigError: no kubeconfig found and not running in a cluster, or a kubeconfig
+            that cannot be used (not YAML, not a mapping, no current context, unknown
+            context, cluster or user; the message names the file).
         ConnectionFailed: the server did not answer ``/version``.
         ApiError: ``/version`` answered with an error (e.g. :class:`Unauthorized`).
     """
     kwargs, sa_namespace = _client_settings(kubeconfig, serviceaccount_dir)
+    files = "" if "serviceaccount" in kwargs else str(kwargs["kubeconfig"])
+    if files:
+        problem = kubeconfig_problem([Path(f) for f in files.split(os.pathsep)], context=context)
+        if problem is not None:
+            raise ConfigError(problem)
     # Api(bypass_factory=True) builds a private client: kr8s.asyncio.api() caches one Api
     # per (thread, asyncio loop); under trio the loop id is always 0, so separate trio.run
     # calls in one thread (tests, CLI commands) would share an httpx session bound to a
@@ -859,7 +868,11 @@ async def connect(
     kube = Kube(api, namespace="default")
     try:
         try:
-            await api.auth  # kubeconfig or ServiceAccount files, exec plugins
+            try:
+                await api.auth  # kubeconfig or ServiceAccount files, exec plugins
+            except (yaml.YAMLError, LookupError, TypeError, AttributeError) as exc:
+                where = files or "the in-cluster ServiceAccount configuration"
+                raise ConfigError(f"{where}: cannot load it: {loader_problem(exc)}") from exc
             # /version through the client's own pool (it stays open for the next request)
             await kube._send("GET", "/version", None)
         except BaseException:

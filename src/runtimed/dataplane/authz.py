@@ -37,7 +37,7 @@ from krt.api.constants import GROUP, RUN_PLURAL
 from krt.kube.access import check_access
 from krt.kube.client import Kube
 from krt.kube.clock import Clock, SystemClock
-from krt.kube.errors import KubeError, Unauthorized
+from krt.kube.errors import ApiError, KubeError, Unauthorized
 from runtimed.dataplane.tokens import token_digest, token_expiry
 
 __all__ = [
@@ -127,8 +127,11 @@ class KubeReviewer:
             )
         except Unauthorized:
             return Outcome.UNAUTHENTICATED
+        except ApiError as exc:  # status and reason only: the message may name the caller
+            why = f"the API server answered {exc.code}" + (f" {exc.reason}" if exc.reason else "")
+            raise AuthzUnavailable(f"SelfSubjectAccessReview failed: {why}") from exc
         except KubeError as exc:
-            raise AuthzUnavailable(f"SelfSubjectAccessReview failed: {type(exc).__name__}") from exc
+            raise AuthzUnavailable(f"SelfSubjectAccessReview failed: {exc}") from exc
         return Outcome.ALLOWED if decision.allowed else Outcome.DENIED
 
 

@@ -26,6 +26,7 @@ from typing import Final
 import trio
 
 from krt.grpc.client import ConnectionLostError, GrpcConnection, Metadata
+from krt.kube.http11_errors import describe_failure
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_SECONDS", "Channels", "ConnectFailed", "open_channels"]
 
@@ -74,6 +75,8 @@ class Channels:
 
     async def _connect(self, address: Address) -> GrpcConnection:
         host, port = address
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        step = "TCP connect"
         try:
             with trio.fail_after(self._connect_timeout):
                 stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
@@ -81,11 +84,17 @@ class Channels:
                     tls = trio.SSLStream(
                         stream, self._ssl, server_hostname=self._server_hostname or host
                     )
+                    step = "TLS handshake"
                     await tls.do_handshake()
                     stream = tls
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            raise ConnectFailed(f"cannot connect to {host}:{port}: {exc!r}") from exc
-        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            if isinstance(exc, trio.TooSlowError):
+                why = f"no answer within {self._connect_timeout:g} s ({step})"
+            elif step == "TLS handshake":
+                why = f"TLS handshake failed: {describe_failure(exc)}"
+            else:
+                why = describe_failure(exc)
+            raise ConnectFailed(f"cannot connect to {authority}: {why}") from exc
         conn = GrpcConnection(
             stream, authority=authority, scheme="https" if self._ssl is not None else "http"
         )

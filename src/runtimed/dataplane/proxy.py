@@ -472,9 +472,14 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
                     f"the Runtime Server has no registration for the Run: {exc.message}",
                 ) from None
             raise _Reject(_status_code(exc.code), exc.message) from None
-        except (ConnectFailed, ConnectionLostError) as exc:
+        except ConnectFailed as exc:
             raise _Reject(
                 purerpc.StatusCode.UNAVAILABLE, f"the local Runtime Server is unreachable: {exc}"
+            ) from None
+        except ConnectionLostError as exc:
+            raise _Reject(
+                purerpc.StatusCode.UNAVAILABLE,
+                f"the connection to the local Runtime Server failed: {exc}",
             ) from None
         return _response(payload, message)
 
@@ -512,9 +517,14 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
             )
         except GrpcStatusError as exc:
             raise _Reject(_status_code(exc.code), exc.message) from None
-        except (ConnectFailed, ConnectionLostError) as exc:
+        except ConnectFailed as exc:
             raise _Reject(
                 purerpc.StatusCode.UNAVAILABLE, f"the owner runtimed is unreachable: {exc}"
+            ) from None
+        except ConnectionLostError as exc:
+            raise _Reject(
+                purerpc.StatusCode.UNAVAILABLE,
+                f"the connection to the owner runtimed failed: {exc}",
             ) from None
         return _response(payload, message)
 

@@ -67,6 +67,21 @@ def minimal_env(env: Mapping[str, str], *, home: Path) -> dict[str, str]:
     return {"PATH": DEFAULT_PATH, "HOME": str(home), **env}
 
 
+def task_env(env: Mapping[str, str], *, home: Path) -> dict[str, str]:
+    """The environment of a one-shot task: :func:`minimal_env` plus ``PYTHONUNBUFFERED=1``.
+
+    A task's stdout is a pipe, so Python would block-buffer it and ``krt run --follow``
+    would show nothing until the task exits; unbuffered, each line streams as printed
+    (a Python program a Bash task starts included). The request's ``env`` wins: setting
+    ``PYTHONUNBUFFERED`` to an empty string there restores buffering.
+
+    Args:
+        env: validated request environment (``spec.env``).
+        home: the default HOME (the working directory).
+    """
+    return minimal_env({"PYTHONUNBUFFERED": "1", **env}, home=home)
+
+
 class ExecutionState(enum.IntEnum):
     """Values equal ``executor.v1.ExecutionState``."""
 
@@ -198,7 +213,7 @@ class ExecutionManager:
             id=exec_id,
             argv=argv,
             cwd=cwd,
-            env=minimal_env(env, home=cwd),
+            env=task_env(env, home=cwd),
             timeout_seconds=req.timeout_seconds,
         )
 

@@ -219,19 +219,17 @@ class FunctionService:
             self._live[reg.registration_id] = live
             self._nursery.start_soon(self._start, live)
         await live.settled.wait()
+        # runtimed copies these details into Run status: they name the attempt, never the
+        # opaque registration ID (seed 000: such IDs do not belong in Run status).
+        attempt = f"registration attempt {spec.attempt}"
         if self.table.get(reg.registration_id) is not reg:
             raise failed_precondition(
-                f"registration {reg.registration_id} of run {reg.run_uid} was superseded or"
-                " unregistered while it was starting"
+                f"{attempt} was superseded or unregistered while it was starting"
             )
         if reg.state is RegistrationState.FAILED:
-            raise failed_precondition(
-                f"registration {reg.registration_id} of run {reg.run_uid} failed: {reg.fatal_error}"
-            )
+            raise failed_precondition(f"{attempt} failed: {reg.fatal_error}")
         if reg.state is not RegistrationState.READY:
-            raise failed_precondition(
-                f"registration {reg.registration_id} of run {reg.run_uid} is {reg.state.name}"
-            )
+            raise failed_precondition(f"{attempt} is {reg.state.name}")
         return reg
 
     async def _start_worker(self, reg: Registration) -> FunctionWorker:

@@ -254,7 +254,14 @@ async def test_unreachable_owner_is_unavailable(cluster: Cluster) -> None:
     dead_port = listener.getsockname()[1]
     listener.close()  # nothing listens there
     cluster.a.pod_event(runtime_pod("pod-b", ip="127.0.0.3", port=dead_port))
-    assert await status_of(cluster.a, cluster.tls) == UNAVAILABLE
+    async with client(cluster.a.host, cluster.a.port, cluster.tls.gateway_context()) as conn:
+        with pytest.raises(GrpcStatusError) as info:
+            await invoke(conn)
+    assert info.value.code == UNAVAILABLE
+    assert info.value.message == (
+        f"the owner runtimed is unreachable: cannot connect to 127.0.0.3:{dead_port}: "
+        "connection refused"
+    )
 
 
 async def test_logs_carry_ids_and_never_the_token(
