@@ -33,6 +33,7 @@ from krt.api.naming import LEADER_LEASE_NAME
 from krt.controlplane.caches import Caches
 from krt.controlplane.gc_loop import CompletedRunGC
 from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.controlplane.quiet_runs import RunsQuiet
 from krt.controlplane.reaper_loop import Reaper
 from krt.controlplane.runtime_controller import RuntimeController
 from krt.controlplane.runtime_resources import RuntimedWiring
@@ -48,7 +49,9 @@ log = logging.getLogger(__name__)
 #: ``source.component`` of the control plane's Events.
 COMPONENT = "krt-controlplane"
 #: Events waiting to be written; more are dropped (counted in ``EventRecorder.dropped``).
-EVENT_BUFFER = 1024
+#: Held back while Runs are busy (at most ``krt.kube.events.MAX_DELAY_SECONDS``), so room for
+#: several seconds of a large burst's Events (a few hundred bytes each).
+EVENT_BUFFER = 8192
 
 
 def default_identity() -> str:
@@ -137,7 +140,9 @@ async def serve_controlplane(
     caches = Caches(
         kube, config.namespaces, now=config.clock.now, resync_seconds=config.resync_seconds
     )
-    recorder = EventRecorder(kube, COMPONENT, capacity=EVENT_BUFFER, clock=config.clock)
+    quiet = RunsQuiet()
+    caches.runs.add_handler(quiet.on_run)
+    recorder = EventRecorder(kube, COMPONENT, capacity=EVENT_BUFFER, clock=config.clock, gate=quiet)
     plane = ControlPlane(
         caches=caches,
         runtime_controller=RuntimeController(

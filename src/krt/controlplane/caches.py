@@ -13,6 +13,7 @@ on every event: which Pods belong to a Runtime, which EndpointSlices belong to a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -81,6 +82,17 @@ def _pod_runtime(obj: Obj) -> Iterable[str]:
 def _slice_service(obj: Obj) -> Iterable[str]:
     service = (_meta(obj).get("labels") or {}).get(SERVICE_NAME_LABEL)
     return [runtime_key(str(_meta(obj).get("namespace", "")), str(service))] if service else []
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KeptPodState:
+    """A Pod version and its Lease version, read once: both answers, and the deadline."""
+
+    pod: Obj
+    lease: Obj | None
+    fresh: PodState
+    stale: PodState
+    deadline: float | None
 
 
 class InformerSet:
@@ -203,7 +215,7 @@ class Caches:
         self.runs.add_handler(self._index_run)
         self._runtimes_parsed: dict[tuple[str, str], tuple[Obj, Runtime | None]] = {}
         self.runtimes.add_handler(self._forget_runtime)
-        self._pod_states: dict[tuple[str, str], tuple[Obj, Obj | None, PodState, float | None]] = {}
+        self._pod_states: dict[tuple[str, str], _KeptPodState] = {}
         self.pods.add_handler(self._forget_pod)
 
     @property
@@ -300,41 +312,47 @@ class Caches:
         """runtimed's heartbeat Lease of a Pod, or ``None``."""
         return self.leases.get(namespace, heartbeat_lease_name(pod_name))
 
-    def pod_state(self, obj: Obj) -> PodState:
-        """A cached Pod as :class:`PodState`, heartbeat judged now.
+    def pod_state(self, obj: Obj, *, now: datetime | None = None) -> PodState:
+        """A cached Pod as :class:`PodState`, heartbeat judged at ``now`` (default: now).
 
         The Pod's fields and its heartbeat deadline are read once per (Pod, Lease) version;
         only the comparison with the current time is made on every call.
+
+        Args:
+            obj: the cached Pod.
+            now: the wall-clock time to judge the heartbeat at (aware); read from the clock
+                when ``None``.
         """
         meta = _meta(obj)
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         lease = self.lease_of_pod(namespace, name)
         kept = self._pod_states.get((namespace, name))
-        if kept is None or kept[0] is not obj or kept[1] is not lease:
-            state = pod_state(obj, lease=None, now=self.now())
-            kept = (obj, lease, state, heartbeat_deadline(lease, state.uid))
+        if kept is None or kept.pod is not obj or kept.lease is not lease:
+            state = pod_state(obj, lease=None, now=now or self.now())
+            kept = _KeptPodState(
+                pod=obj,
+                lease=lease,
+                fresh=dataclasses.replace(state, heartbeat_fresh=True),
+                stale=dataclasses.replace(state, heartbeat_fresh=False),
+                deadline=heartbeat_deadline(lease, state.uid),
+            )
             self._pod_states[(namespace, name)] = kept
-        _, _, state, deadline = kept
-        fresh = deadline is not None and deadline > self.now().timestamp()
-        return PodState(
-            name=state.name,
-            uid=state.uid,
-            namespace=state.namespace,
-            runtime=state.runtime,
-            ready=state.ready,
-            deleting=state.deleting,
-            heartbeat_fresh=fresh,
-        )
+        if kept.deadline is not None and kept.deadline > (now or self.now()).timestamp():
+            return kept.fresh
+        return kept.stale
 
     def _forget_pod(self, event: InformerEvent) -> None:
         if event.type is EventType.DELETED:
             meta = _meta(event.obj)
             self._pod_states.pop((str(meta.get("namespace", "")), str(meta.get("name", ""))), None)
 
-    def pods_of_runtime(self, namespace: str, runtime: str) -> list[PodState]:
-        """The Runtime's Pods as :class:`PodState` (heartbeats judged now)."""
+    def pods_of_runtime(
+        self, namespace: str, runtime: str, *, now: datetime | None = None
+    ) -> list[PodState]:
+        """The Runtime's Pods as :class:`PodState` (heartbeats judged at ``now``, default now)."""
+        now = now or self.now()
         return [
-            self.pod_state(obj)
+            self.pod_state(obj, now=now)
             for obj in self.pods.by_index(PODS_BY_RUNTIME, runtime_key(namespace, runtime))
         ]
 

@@ -70,11 +70,19 @@ class ControlPlaneMetrics:
             "Runs deleted after ttlSecondsAfterFinished",
             registry=self.registry,
         )
+        self._unschedulable_children: dict[str, Counter] = {}
         self.is_leader = Gauge(
             prefix + "is_leader",
             "1 while this process holds the leader Lease",
             registry=self.registry,
         )
+
+    def unschedulable_reason(self, reason: str) -> Counter:
+        """The ``unschedulable_total{reason}`` child (looked up once per reason, then kept)."""
+        child = self._unschedulable_children.get(reason)
+        if child is None:
+            child = self._unschedulable_children[reason] = self.unschedulable.labels(reason=reason)
+        return child
 
     def track_queue(self, name: str, depth: Callable[[], int]) -> None:
         """Report ``depth()`` as ``queue_depth{queue=name}`` at every scrape."""

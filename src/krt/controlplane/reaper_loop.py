@@ -1,11 +1,13 @@
 """The stale-Run reaper: recovers Runs whose Runtime Pod is lost (the I/O around :mod:`.fencing`).
 
-Issue 5, Stale-Run reaper; seed 000, Ownership Epoch and Fencing. A Run key is queued when
-the Run is assigned (and in scope, :func:`~krt.controlplane.fencing.in_scope`), and again
-whenever something that could fence or lose its Pod changes: the Pod (including deletion and
+Issue 5, Stale-Run reaper; seed 000, Ownership Epoch and Fencing. A Run is checked when it
+is assigned (and in scope, :func:`~krt.controlplane.fencing.in_scope`), and again whenever
+something that could fence or lose its Pod changes: the Pod (including deletion and
 replacement under the same name), the Runtime Service's EndpointSlices, or the Pod's
-heartbeat Lease. A suspect but unfenced Run is re-checked every :data:`RECHECK_SECONDS`
-(heartbeats expire without an event).
+heartbeat Lease. The check is the reconcile's own decision, made in the handler: a Run on a
+live Pod stops there, any other is queued for the reconcile (issue 6: no queue round trip
+per bind, claim or heartbeat). A suspect but unfenced Run is re-checked every
+:data:`RECHECK_SECONDS` (heartbeats expire without an event).
 
 "Pod UID gone" is confirmed with one live GET of the Pod before anything is written: the
 Pods cache may lag the Runs cache (a new leader lists Pods before Runs), and a stale read
@@ -28,7 +30,15 @@ from krt.api.patches import apply_merge_patch
 from krt.api.retry import Retry
 from krt.api.run import Run
 from krt.controlplane.caches import Caches
-from krt.controlplane.fencing import Fence, Healthy, NotFenced, Recover, decide_reap, in_scope
+from krt.controlplane.fencing import (
+    Fence,
+    Healthy,
+    NotFenced,
+    ReapDecision,
+    Recover,
+    decide_reap,
+    in_scope,
+)
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.kube.client import Kube, Obj
@@ -81,12 +91,41 @@ class Reaper:
         if event.type is EventType.DELETED:
             return
         run = self._caches.parse_run(event.obj)
-        if run is not None and in_scope(run):
-            self.queue.add(object_key(event.obj))
+        if run is not None:
+            self._check(object_key(event.obj), run)
+
+    def _check(self, key: RunKey, run: Run) -> None:
+        """Queue ``key`` unless its Run is out of scope or :func:`decide_reap` says Healthy now.
+
+        A Run on a live Pod (the common case: every bind, claim and heartbeat renewal) costs
+        one decision here instead of a trip through the queue; a reconcile would decide on
+        the same cache and do nothing. Anything else (or a decision that raises) is queued.
+        """
+        if not in_scope(run):
+            return
+        try:
+            if isinstance(self._decide(key, run), Healthy):
+                return
+        except Exception:  # the reconcile raises it again, logs it and backs off
+            log.debug("reap decision for %s/%s failed; queued", *key, exc_info=True)
+        self.queue.add(key)
+
+    def _decide(self, key: RunKey, run: Run) -> ReapDecision:
+        """:func:`decide_reap` on the cached Pod, EndpointSlices and the clock."""
+        pod_obj = (
+            self._caches.pods.get(key[0], run.status.assigned_pod)
+            if run.status.assigned_pod
+            else None
+        )
+        pod = self._caches.pod_state(pod_obj) if pod_obj is not None else None
+        in_endpoints = (run.status.assigned_pod_uid or "") in self._caches.endpoint_pod_uids(
+            key[0], run.spec.runtime
+        )
+        return decide_reap(run, pod=pod, pod_in_endpoints=in_endpoints, now=self._caches.now())
 
     def _wake_pod_uid(self, uid: str) -> None:
         for run in self._caches.runs_on_pod(uid):
-            self.queue.add((run.metadata.namespace, run.metadata.name))
+            self._check((run.metadata.namespace, run.metadata.name), run)
 
     def _on_pod(self, event: InformerEvent) -> None:
         for obj in (event.obj, event.old):
@@ -118,16 +157,7 @@ class Reaper:
         run = self._caches.parse_run(obj)
         if run is None or not in_scope(run):
             return None
-        pod_obj = (
-            self._caches.pods.get(key[0], run.status.assigned_pod)
-            if run.status.assigned_pod
-            else None
-        )
-        pod = self._caches.pod_state(pod_obj) if pod_obj is not None else None
-        in_endpoints = (run.status.assigned_pod_uid or "") in self._caches.endpoint_pod_uids(
-            key[0], run.spec.runtime
-        )
-        decision = decide_reap(run, pod=pod, pod_in_endpoints=in_endpoints, now=self._caches.now())
+        decision = self._decide(key, run)
         if isinstance(decision, Healthy):
             return None
         if isinstance(decision, NotFenced):

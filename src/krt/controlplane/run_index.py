@@ -163,16 +163,21 @@ class RunIndex:
         the name.
         """
         runs = self._runs(self._pending.get(runtime_key(namespace, runtime), {}))
-        runs.sort(key=self._age)
+        runs.sort(key=self.age)
         return runs
 
     def pending(self) -> list[Run]:
         """Every Pending, not deleting Run, oldest first (as :meth:`pending_of_runtime`)."""
         runs = [run for keys in self._pending.values() for run in self._runs(keys)]
-        runs.sort(key=self._age)
+        runs.sort(key=self.age)
         return runs
 
-    def _age(self, run: Run) -> tuple[bool, datetime | None, int, str]:
+    def age(self, run: Run) -> tuple[bool, datetime | None, int, str]:
+        """The sort key of ``run`` in the line of Pending Runs (smaller is older).
+
+        ``(no creationTimestamp, creationTimestamp, arrival, name)``: see
+        :meth:`pending_of_runtime`.
+        """
         return (
             run.metadata.creation_timestamp is None,
             run.metadata.creation_timestamp,

@@ -12,20 +12,28 @@ with the cached ``resourceVersion``). On 409 Conflict the assumption is dropped,
 re-read from the API and scheduled again from that fresh copy; a Run some other writer
 already bound is no longer Pending and is left alone, so a Run is never bound twice.
 
-Wake-ups: a Run is queued when it is (or becomes) Pending; all Pending Runs of a Runtime are
-queued at once when capacity is released there (a Run holding capacity becomes terminal, is
-unassigned or is deleted), when one of its Pods becomes schedulable, or when the Runtime
-changes. The Runs informer's periodic RESYNC re-queues every Pending Run as a fallback.
+Wake-ups: a Run is queued when it is (or becomes) Pending. A Run whose decision is to stay
+Pending is *parked* (:class:`~krt.controlplane.parked_runs.ParkedRuns`, by Runtime and
+request shape, oldest first). When capacity is released on a Runtime (a Run holding
+capacity becomes terminal, is unassigned or is deleted) one :class:`CapacityReleased` item
+is queued; its cycle (:meth:`Scheduler.retry_parked`) decides the parked Runs oldest first
+and stops each shape at its first Run that still does not fit, which decides exactly what
+queueing every Pending Run of the Runtime would, at O(binds + shapes) instead of
+O(Pending Runs). When one of its Pods becomes schedulable, a heartbeat turns fresh or the
+Runtime changes, every Pending Run of the Runtime is queued (their reasons may all change).
+The Runs informer's periodic RESYNC re-queues every Pending Run as a fallback.
 
 First come, first bound: Pending Runs are queued oldest first (the watch delivers creations
-in order; a wake-up queues a Runtime's Pending Runs by creation time, then arrival), the
-queue is FIFO with one scheduling worker, and status writes start in decision order on
-:data:`MAX_CONCURRENT_BINDS` writers (:class:`~krt.controlplane.fifo_writers.FifoWriters`).
+in order; a wake-up queues a Runtime's Pending Runs by creation time, then arrival, and a
+release decides parked Runs in that order), the queue is FIFO with one scheduling worker,
+and status writes start in decision order on :data:`MAX_CONCURRENT_BINDS` writers
+(:class:`~krt.controlplane.fifo_writers.FifoWriters`).
 
-Cost per Run event is O(1) in the number of Runs: the Pending Runs of a Runtime come from
-the cache's index (:class:`~krt.controlplane.run_index.RunIndex`), and per-Pod usage is a
-:class:`~krt.controlplane.capacity.CapacityLedger` that the handlers recount one Run at a
-time (its cached version, or this process's assumption while a bind is in flight).
+Cost per Run event is O(1) in the number of Runs (O(log n) for parking): the Pending Runs
+of a Runtime come from the cache's index (:class:`~krt.controlplane.run_index.RunIndex`),
+per-Pod usage is a :class:`~krt.controlplane.capacity.CapacityLedger` that the handlers
+recount one Run at a time (its cached version, or this process's assumption while a bind is
+in flight), and a release decides only the parked Runs that the freed capacity can take.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -51,6 +60,7 @@ from krt.controlplane.capacity import (
 )
 from krt.controlplane.fifo_writers import FifoWriters
 from krt.controlplane.metrics import ControlPlaneMetrics
+from krt.controlplane.parked_runs import ParkedRuns, Shape, shape_of
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
 from krt.controlplane.scheduling import (
     Backoff,
@@ -72,6 +82,24 @@ from krt.kube.workqueue import Requeue, WorkQueue
 log = logging.getLogger(__name__)
 
 RunKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityReleased:
+    """A queue item: capacity was released on a Runtime; retry its parked Runs.
+
+    Attributes:
+        namespace: the Runtime's namespace.
+        runtime: the Runtime's name.
+    """
+
+    namespace: str
+    runtime: str
+
+
+QueueKey = RunKey | CapacityReleased
+"""What the scheduler's queue holds: a Run (``(namespace, name)``) or a release."""
+
 #: Status writes (binds, cancels, FailedScheduling) in flight at once. Each is one HTTP/1.1
 #: request holding one keep-alive connection; a few cover the API server's round trip, more
 #: only open more connections (was 16: no faster on localkube, measured with
@@ -101,8 +129,10 @@ class Scheduler:
         self._caches = caches
         self._metrics = metrics
         self._recorder = recorder
-        self.queue: WorkQueue[RunKey] = WorkQueue("scheduler")
+        self.queue: WorkQueue[QueueKey] = WorkQueue("scheduler")
         self.assumed = AssumedBinds()
+        #: Pending Runs last decided "stay Pending", waiting for a wake-up.
+        self.parked = ParkedRuns()
         #: Per-Pod usage of each Runtime (``namespace/runtime``), kept current by the handlers.
         self.ledger = CapacityLedger()
         self._pending_since: dict[RunKey, float] = {}
@@ -123,9 +153,25 @@ class Scheduler:
         self.queue.add(key)
 
     def wake_runtime(self, namespace: str, runtime: str) -> None:
-        """Queue every Pending Run of a Runtime, oldest first."""
+        """Queue every Pending Run of a Runtime, oldest first.
+
+        For changes that may alter every Run's decision or message (a Pod became
+        schedulable, a heartbeat turned fresh, the Runtime changed): O(Pending Runs of the
+        Runtime), but these are rare. Released capacity uses :meth:`release`.
+        """
         for run in self._caches.pending_runs_of_runtime(namespace, runtime):
             self._enqueue((namespace, run.metadata.name))
+
+    def release(self, namespace: str, runtime: str) -> None:
+        """Capacity was released on a Runtime: queue one :class:`CapacityReleased` item.
+
+        Its cycle (:meth:`retry_parked`) runs where the Runtime's Pending Runs would have been
+        queued, and decides as many of them, oldest first, as the released capacity can take.
+        Nothing is queued when no Run of the Runtime is parked: every other Pending Run is
+        still waiting for its first decision, which will see the released capacity.
+        """
+        if self.parked.holds(runtime_key(namespace, runtime)):
+            self.queue.add(CapacityReleased(namespace, runtime))
 
     def _recount(self, run_uid: str, run: Run | None) -> None:
         """Set one Run's usage in the ledger: its assumption, else its cached version.
@@ -155,20 +201,23 @@ class Scheduler:
             self.assumed.observe(uid, None)
             self._recount(uid, None)
             self._pending_since.pop(key, None)
+            self.parked.discard(key)
             old = self._caches.parse_run(event.old or obj)
             if old is not None and capacity_holder(old) is not None:
-                self.wake_runtime(key[0], old.spec.runtime)
+                self.release(key[0], old.spec.runtime)
             return
         run = self._caches.parse_run(obj)
         if event.type is not EventType.RESYNC:
             self.assumed.observe(uid, str(meta.get("resourceVersion", "")))
             self._recount(uid, run)
         if run is None:
+            self.parked.discard(key)
             return
         if run.status.phase is Phase.PENDING and not run.metadata.is_deleting:
             self._enqueue(key)
         else:
             self._pending_since.pop(key, None)
+            self.parked.discard(key)
         if event.old is not None:
             old = self._caches.parse_run(event.old)
             if (
@@ -176,7 +225,7 @@ class Scheduler:
                 and capacity_holder(old) is not None
                 and capacity_holder(run) != capacity_holder(old)
             ):
-                self.wake_runtime(key[0], run.spec.runtime)
+                self.release(key[0], run.spec.runtime)
 
     def _on_pod(self, event: InformerEvent) -> None:
         """Wake the Runtime's Pending Runs when a Pod becomes schedulable (Ready, not deleting)."""
@@ -236,8 +285,50 @@ class Scheduler:
         run = self._caches.parse_run(cached)
         return (cached, run) if run is not None else None
 
-    async def reconcile(self, key: RunKey) -> Requeue | None:
-        """One scheduling cycle for the Run ``key`` (``(namespace, name)``)."""
+    async def reconcile(self, key: QueueKey) -> Requeue | None:
+        """One scheduling cycle: for the Run ``key`` (``(namespace, name)``), or a release."""
+        if isinstance(key, CapacityReleased):
+            self.retry_parked(key.namespace, key.runtime)
+            return None
+        return self._schedule(key)
+
+    def retry_parked(self, namespace: str, runtime: str) -> None:
+        """Decide the Runtime's parked Runs, oldest first, while released capacity lasts.
+
+        Equivalent to queueing every Pending Run of the Runtime at this point, oldest first,
+        and deciding each (what a release did before), without deciding the ones that
+        cannot fit: when the oldest parked Run of a shape stays Pending, so would every
+        younger Run of that shape (same Runtime, Pods, usage and requests), and that shape is
+        done. If that Run's message changed (the Runtime's Pods changed meanwhile), the other
+        Runs of its shape are queued to have their message rewritten too, as a full wake-up
+        would. Cost: O(binds + shapes) decisions.
+        """
+        group = runtime_key(namespace, runtime)
+        full: set[Shape] = set()
+        while (head := self.parked.oldest(group, excluding=full)) is not None:
+            key, shape = head
+            try:
+                result = self._schedule(key)
+            except Exception:
+                log.exception("scheduling %s/%s failed; retrying it through the queue", *key)
+                self.parked.discard(key)
+                self.queue.add(key)
+                continue
+            if result is not None and result.after is not None:
+                self.queue.add_after(key, result.after)
+            if key in self.parked:
+                full.add(shape)
+                if len(self.parked.messages(group, shape)) > 1:
+                    for other in self.parked.keys(group, shape):
+                        self._enqueue(other)
+
+    def _schedule(self, key: RunKey) -> Requeue | None:
+        """Decide on one Run and start what the decision asks for; parks it if it stays Pending.
+
+        Raises:
+            ResourceError: the Run's requests are malformed (the queue retries with backoff).
+        """
+        self.parked.discard(key)
         current = self._current(key)
         if current is None:
             self._pending_since.pop(key, None)
@@ -246,12 +337,11 @@ class Scheduler:
         if self.assumed.get(run.metadata.uid) is not None:
             return None  # bound by this process; the informer has not caught up yet
         namespace = run.metadata.namespace
+        now = self._caches.now()
         runtime = self._caches.get_runtime(namespace, run.spec.runtime)
-        pods = self._caches.pods_of_runtime(namespace, run.spec.runtime)
+        pods = self._caches.pods_of_runtime(namespace, run.spec.runtime, now=now)
         usage = self._usage_of(namespace, run.spec.runtime)
-        decision = decide_schedule(
-            run, runtime=runtime, pods=pods, usage=usage, now=self._caches.now()
-        )
+        decision = decide_schedule(run, runtime=runtime, pods=pods, usage=usage, now=now)
         if isinstance(decision, Skip):
             self._pending_since.pop(key, None)
             return None
@@ -280,7 +370,14 @@ class Scheduler:
             )
             return None
         assert isinstance(decision, Unschedulable)
-        self._metrics.unschedulable.labels(reason=decision.reason.value).inc()
+        self._metrics.unschedulable_reason(decision.reason.value).inc()
+        self.parked.park(
+            key,
+            group=runtime_key(namespace, run.spec.runtime),
+            shape=shape_of(counted_requests(run)),
+            age=self._caches.run_index.age(run),
+            message=decision.message,
+        )
         if decision.patch:
             writes.submit(
                 functools.partial(
@@ -377,6 +474,7 @@ class Scheduler:
         with none and recounts the usage ledger from the cache.
         """
         self.assumed = AssumedBinds()
+        self.parked.clear()
         self.ledger.clear()
         for run in self._caches.run_index.runs():
             self._recount(run.metadata.uid, run)

@@ -10,6 +10,13 @@ record is dropped and counted (:attr:`EventRecorder.dropped`): an Event is a dia
 a burst of them must never slow a reconcile or an invoke (seed 003: the asynchronous start
 worker "emits an Event"; it must not block on the API to do so).
 
+An optional :class:`WriteGate` makes Events yield to more urgent writes: each record waits
+until the gate opens (the control plane opens it once its Runs have been quiet for a moment,
+so a burst's binds, claims and completions do not queue behind Event POSTs at the API
+server), but never longer than ``max_delay_seconds`` after it was emitted, so under steady
+load Events are still written as fast as before, only later. Timestamps are those of
+:meth:`EventRecorder.emit`, not of the write.
+
 The writer task (:meth:`EventRecorder.run`) creates core/v1 Events. A repeat of the same
 (object uid, type, reason, message) within the cache bumps the existing Event's ``count``
 and ``lastTimestamp`` with a merge patch instead of creating another object, as kubectl's
@@ -20,11 +27,14 @@ or the role may only create Events, is written as a new Event). Each write has a
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 import trio
@@ -34,7 +44,7 @@ from krt.kube.errors import KubeError
 from krt.kube.interface import KubeClient
 from krt.kube.resources import EVENTS
 
-__all__ = ["EventRecorder", "EventSink", "NullEventSink"]
+__all__ = ["EventRecorder", "EventSink", "NullEventSink", "WriteGate"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +55,8 @@ MAX_REASON_CHARS: Final = 128
 AGGREGATION_CACHE_SIZE: Final = 4096
 #: Longest one Event write may take before it is abandoned (seconds).
 WRITE_DEADLINE_SECONDS: Final = 5.0
+#: Longest an Event waits for a closed :class:`WriteGate`, from its emission (seconds).
+MAX_DELAY_SECONDS: Final = 1.0
 
 
 class EventSink(Protocol):
@@ -52,6 +64,14 @@ class EventSink(Protocol):
 
     def emit(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
         """Queue one Event about ``obj`` (``type_`` is ``Normal`` or ``Warning``); never blocks."""
+        ...
+
+
+class WriteGate(Protocol):
+    """Tells an :class:`EventRecorder` when writing would not compete with urgent work."""
+
+    async def wait_open(self) -> None:
+        """Return once Events may be written (at once when they may be now)."""
         ...
 
 
@@ -69,6 +89,9 @@ class _Record:
     type: str
     reason: str
     message: str
+    #: When it was emitted: wall clock (the Event's timestamps) and trio time (its deadline).
+    emitted: datetime
+    queued_at: float
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -112,9 +135,12 @@ class EventRecorder:
         instance: ``reportingInstance`` / ``source.host`` (e.g. the Pod name); optional.
         capacity: records buffered before new ones are dropped (>= 1).
         clock: wall clock for timestamps.
+        gate: when given, each Event waits for the gate to open, at most
+            ``max_delay_seconds`` from its emission (see the module docstring).
+        max_delay_seconds: that bound, seconds (>= 0).
 
     Raises:
-        ValueError: empty component or capacity < 1.
+        ValueError: empty component, capacity < 1 or a negative or NaN ``max_delay_seconds``.
     """
 
     def __init__(
@@ -125,11 +151,21 @@ class EventRecorder:
         instance: str = "",
         capacity: int = 256,
         clock: Clock | None = None,
+        gate: WriteGate | None = None,
+        max_delay_seconds: float = MAX_DELAY_SECONDS,
     ) -> None:
         if not component:
             raise ValueError("component must not be empty")
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if not max_delay_seconds >= 0:
+            raise ValueError(f"max_delay_seconds must be >= 0, got {max_delay_seconds}")
+        self._gate = gate
+        self._max_delay = max_delay_seconds
+        # Event names: the object's name, this recorder's random prefix, a serial number
+        # (unique without a random draw per Event)
+        self._name_prefix = secrets.token_hex(4)
+        self._serial = itertools.count()
         self._kube = kube
         self.component = component
         self.instance = instance
@@ -170,6 +206,8 @@ class EventRecorder:
             type=type_,
             reason=reason,
             message=message[:MAX_MESSAGE_CHARS],
+            emitted=self._clock.now(),
+            queued_at=trio.current_time() if self._gate is not None else -math.inf,
         )
         try:
             self._send.send_nowait(record)
@@ -185,6 +223,9 @@ class EventRecorder:
         """
         task_status.started()
         async for record in self._receive:
+            if self._gate is not None:
+                with trio.move_on_at(record.queued_at + self._max_delay):
+                    await self._gate.wait_open()
             try:
                 with trio.fail_after(WRITE_DEADLINE_SECONDS):
                     await self._write(record)
@@ -198,7 +239,7 @@ class EventRecorder:
                 )
 
     async def _write(self, record: _Record) -> None:
-        now = format_time(self._clock.now())
+        now = format_time(record.emitted)
         key = record.key
         previous = self._recent.get(key)
         if previous is not None:
@@ -218,7 +259,7 @@ class EventRecorder:
                 self._recent.move_to_end(key)
                 self.aggregated += 1
                 return
-        name = f"{record.involved['name']}.{secrets.token_hex(8)}"
+        name = f"{record.involved['name']}.{self._name_prefix}{next(self._serial):x}"
         body: dict[str, Any] = {
             "metadata": {"name": name, "namespace": record.namespace},
             "involvedObject": record.involved,
