@@ -5,11 +5,12 @@ Start-up order, each child started with ``nursery.start`` so it is explicit:
 1. the Runtime Server channel (:class:`~runtimed.runtime_client.RuntimeServerClient`,
    reconnecting; long-lived, outermost);
 2. the Event sender;
-3. the Run informer of the Pod's namespace, synced: its handler enqueues only Runs whose
-   ``status.assignedPodUID`` is this Pod's UID (or that hold local state here), and an index
-   on that field lists this Pod's Runs without scanning the namespace. Kubernetes (and
-   localkube) do not offer field selectors on custom resources, and the scheduler sets no
-   label, so the filter is client-side: one dictionary lookup per event;
+3. the Run informers (:mod:`runtimed.run_informers`), synced: the Runs assigned to this
+   Pod (the task lifecycle's cache) and the function Runs of the namespace (function
+   lifecycle, ownership cache), each a watch filtered by the API server on the Run CRD's
+   selectable fields; one namespace-wide watch for both where the API server cannot filter.
+   The handlers also filter on ``status.assignedPodUID`` (or local state here), and an index
+   on that field lists this Pod's Runs without scanning;
 4. the task lifecycle (reconcile workers, start workers, RLEG, sweeper), after a first sweep
    of the Runtime Server's executions (restart safety), then the function lifecycle
    (registration, idle and lifetime pollers, cleanup), which adopts this Pod's Runs;
@@ -26,14 +27,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from krt.kube.client import Kube, Obj, connect
+from krt.kube.client import Kube, connect
 from krt.kube.clock import Clock, SystemClock
 from krt.kube.events import EventRecorder
 from krt.kube.heartbeat import (
@@ -42,7 +42,6 @@ from krt.kube.heartbeat import (
     run_heartbeat,
 )
 from krt.kube.informer import Informer
-from krt.kube.resources import RUNS
 from krt.kube.status import patch_pod_condition
 from runtimed.dataplane.app import DataplaneSettings, serve_dataplane
 from runtimed.dataplane.proxy import InvokeProxy
@@ -56,7 +55,13 @@ from runtimed.httpserver import health_app, serve_http
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
 from runtimed.readiness import ReadinessLoop
-from runtimed.run_fields import assigned_pod_uid, queue_key
+from runtimed.run_fields import queue_key
+from runtimed.run_informers import (
+    ASSIGNED_POD_INDEX,
+    assigned_pod_uids,
+    field_selectors_supported,
+    run_informers,
+)
 from runtimed.runtime_client import RuntimeServerClient
 from runtimed.sources import Workspace
 from runtimed.tasks import KubeStatusWriter, TaskLifecycle, TaskTimings
@@ -70,9 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Informer index of Runs by ``status.assignedPodUID``.
-ASSIGNED_POD_INDEX = "assignedPodUID"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,10 @@ class DaemonHandle:
     Attributes:
         http_port: the bound ``/healthz`` / ``/metrics`` port.
         lifecycle: the task lifecycle.
-        informer: the Run informer.
+        informer: the function Runs' informer (the namespace-wide Run informer where the
+            API server cannot filter Runs by field).
+        assigned: the informer of the Runs assigned to this Pod (the task lifecycle's
+            cache; ``informer`` itself where the API server cannot filter).
         server: the Runtime Server client.
         readiness: the readiness loop.
         registry: the function registry (shared by the function lifecycle and the proxy).
@@ -137,12 +142,7 @@ class DaemonHandle:
     registry: FunctionRegistry | None = None
     proxy: InvokeProxy | None = None
     functions: FunctionLifecycle | None = None
-
-
-def assigned_pod_uids(obj: Obj) -> Iterable[str]:
-    """Index function: the Run's ``status.assignedPodUID`` (nothing when unassigned)."""
-    uid = assigned_pod_uid(obj)
-    return [uid] if uid else []
+    assigned: Informer | None = None
 
 
 async def serve_daemon(
@@ -183,11 +183,16 @@ async def serve_daemon(
             events = EventRecorder(kube, "runtimed", instance=pod.name, clock=clock)
             await nursery.start(events.run)
 
-            informer = Informer(kube, RUNS, namespace=pod.namespace)
-            informer.add_index(ASSIGNED_POD_INDEX, assigned_pod_uids)
+            informers = run_informers(
+                kube,
+                namespace=pod.namespace,
+                pod_uid=pod.uid,
+                split=await field_selectors_supported(kube, pod.namespace, pod.uid),
+            )
+            informer, assigned = informers.functions, informers.assigned
             lifecycle = TaskLifecycle(
                 pod=pod,
-                cache=informer,
+                cache=assigned,
                 writer=KubeStatusWriter(kube),
                 server=server,
                 workspace=config.workspace,
@@ -197,9 +202,10 @@ async def serve_daemon(
                 timings=config.timings,
                 git=config.git,
             )
-            informer.add_handler(lifecycle.on_run_event)
-            await nursery.start(informer.run)
-            for obj in informer.by_index(ASSIGNED_POD_INDEX, pod.uid):
+            assigned.add_handler(lifecycle.on_run_event)
+            for each in informers.all():
+                await nursery.start(each.run)
+            for obj in assigned.by_index(ASSIGNED_POD_INDEX, pod.uid):
                 lifecycle.queue.add(queue_key(obj))
             await nursery.start(lifecycle.run)
             # the function registry: the function lifecycle writes it, the invoke proxy reads it
@@ -281,6 +287,7 @@ async def serve_daemon(
                     registry=registry,
                     proxy=proxy,
                     functions=functions,
+                    assigned=assigned,
                 )
             )
     finally:

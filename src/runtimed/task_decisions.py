@@ -26,8 +26,10 @@ Rules, in the order they are applied to a Run assigned to this Pod:
   with valid outputs is :class:`Succeed`, with invalid outputs a permanent
   ``OutputsInvalid`` failure; FAILED is ``ExecutionFailed`` (exit code and stderr tail);
   NOT_FOUND after an observed execution (or an accepted Execute) is ``ExecutionLost``, after
-  a failed Execute it is ``StartFailed``, and with nothing observed it is
-  :class:`StartExecution` (preparing the source first when this attempt has not been
+  a failed Execute it is ``StartFailed``, after an Execute a previous runtimed sent for this
+  attempt (its durable marker, :mod:`runtimed.execute_markers`: runtimed and the Runtime
+  Server restarted together) it is ``ExecutionLost`` too, and with nothing observed or sent
+  it is :class:`StartExecution` (preparing the source first when this attempt has not been
   prepared here). Failures go through the shared retry engine (:func:`krt.api.retry.decide`,
   ``IN_PLACE``).
 * An unreachable Runtime Server never changes the Run: the decision is to wait and ask again.
@@ -164,6 +166,9 @@ class StartState(StrEnum):
 @dataclass(frozen=True, slots=True)
 class LocalView:
     """runtimed's local observation of one Run's current attempt (lost on restart).
+
+    The one fact kept across a restart, that an Execute was sent for an attempt, is not part
+    of the view: it is :func:`decide_task`'s ``execute_sent`` (:mod:`runtimed.execute_markers`).
 
     Attributes:
         attempt: the ``status.attempt`` this observation belongs to.
@@ -405,6 +410,7 @@ def decide_task(
     local: LocalView | None,
     server: ServerView | None,
     now: datetime,
+    execute_sent: int = 0,
 ) -> TaskAction:
     """Decide the next step for a cached task Run (seed 003; see the module docstring).
 
@@ -418,6 +424,11 @@ def decide_task(
             has not been asked in this reconciliation (the decision may return
             :class:`NeedStatus`).
         now: the current wall-clock time (aware), for ``startTime``, timeout and backoff.
+        execute_sent: the latest attempt of the Run for which an Execute was sent, by this
+            runtimed or an earlier one (the durable marker, :mod:`runtimed.execute_markers`);
+            0 when none was. An attempt at or below it is never started again: with the
+            server answering NOT_FOUND it is ``ExecutionLost``. Older attempts' markers
+            (below ``status.attempt``) do not count.
 
     Returns:
         The next :data:`TaskAction`. A Run that is not ours, is a function Run, or is
@@ -496,6 +507,20 @@ def decide_task(
         )
     if view.start is StartState.FAILED:
         return _fail(run, FailureReason.START_FAILED, view.start_error, now=now, forget=False)
+    if execute_sent >= attempt:
+        # Execute was sent for this attempt before a runtimed restart and the (restarted)
+        # server does not know it: lost, like an observed execution. If runtimed died
+        # between the marker and the Execute, nothing ran and this costs a retry: the safe
+        # answer under at-least-once, never a silent second run of the same attempt.
+        return _fail(
+            run,
+            FailureReason.EXECUTION_LOST,
+            f"the Runtime Server does not know the execution of attempt {attempt}, which "
+            "runtimed had sent (or was sending) before runtimed and the Runtime Server "
+            "restarted",
+            now=now,
+            forget=False,
+        )
     return StartExecution(prepare=not view.prepared)
 
 

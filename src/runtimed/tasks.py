@@ -25,7 +25,9 @@ once, the watch's echo of our own write enqueues nothing, and a reconciliation t
 nothing new reuses the last Status answer (see :meth:`TaskLifecycle.reconcile`).
 
 Restart safety: all local state is rebuilt from the Run objects (cache) and the Runtime
-Server (Status/List); the decision never starts an execution the server still knows.
+Server (Status/List); the decision never starts an execution the server still knows, nor an
+attempt whose Execute was already sent (its durable marker, :mod:`runtimed.execute_markers`,
+written by the start worker before Execute: a NOT_FOUND then is ``ExecutionLost``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from krt.kube.informer import EventType, InformerEvent
 from krt.kube.resources import RUNS
 from krt.kube.status import write_status
 from krt.kube.workqueue import Requeue, WorkQueue
+from runtimed.execute_markers import ExecuteMarkerError, ExecuteMarkers
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
 from runtimed.run_fields import assigned_pod_uid, queue_key, resource_version, run_uid
@@ -240,6 +243,7 @@ class TaskLifecycle:
         self._server = server
         self.workspace = workspace
         self.trash = Trash(workspace.trash_dir())
+        self.markers = ExecuteMarkers.in_workspace(workspace.root)
         self._clock = clock
         self.metrics = metrics or RuntimedMetrics()
         self._events = events or NullEventSink()
@@ -278,30 +282,29 @@ class TaskLifecycle:
         scheduled what follows (issue 6: two reconciliations per Run fewer).
         """
         obj = event.obj
+        uid = run_uid(obj)
         mine = self.pod.uid
-        written = self._written.get(run_uid(obj))
+        written = self._written.get(uid)
         if (
             event.type is EventType.MODIFIED
             and written is not None
             and resource_version(obj) == resource_version(written[1])
         ):
-            del self._written[run_uid(obj)]  # the cache holds our write now
+            del self._written[uid]  # the cache holds our write now
             return
+        assigned_here = assigned_pod_uid(obj) == mine
         if event.type is EventType.DELETED:
-            self._written.pop(run_uid(obj), None)
-            self._seen_at.pop(run_uid(obj), None)
-            self._parsed.pop(run_uid(obj), None)
+            # (also a Run that left the assigned-Runs watch: reassigned; see run_informers)
+            self._written.pop(uid, None)
+            self._seen_at.pop(uid, None)
+            self._parsed.pop(uid, None)
         elif (
-            assigned_pod_uid(obj) == mine
+            assigned_here
             and (obj.get("status") or {}).get("phase") == "Scheduled"
-            and run_uid(obj) not in self._local
+            and uid not in self._local
         ):
-            self._seen_at.setdefault(run_uid(obj), self._now())
-        if (
-            assigned_pod_uid(obj) == mine
-            or assigned_pod_uid(event.old) == mine
-            or run_uid(obj) in self._local
-        ):
+            self._seen_at.setdefault(uid, self._now())
+        if assigned_here or assigned_pod_uid(event.old) == mine or uid in self._local:
             self.queue.add(queue_key(obj))
         elif event.type is EventType.DELETED and any(
             local.key == queue_key(obj) for local in self._local.values()
@@ -317,6 +320,7 @@ class TaskLifecycle:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.trash.run)
+            await self.markers.load()  # before any reconciliation reads them
             await nursery.start(self._run_queue)
             await self.sweep()
             nursery.start_soon(self._rleg_loop)
@@ -498,6 +502,7 @@ class TaskLifecycle:
                 local=local.view if local is not None else None,
                 server=server,
                 now=self._clock.now(),
+                execute_sent=self.markers.attempt(uid),
             )
             if isinstance(action, NeedStatus):
                 server = self._still_running(uid, obj) or await self._observe(run)
@@ -514,12 +519,18 @@ class TaskLifecycle:
         """The last PENDING/RUNNING answer for this version of the Run, if nothing since.
 
         A Run is reconciled again without news about its execution (the watch delivering
-        our own write, a duplicate wake-up); the RLEG reports every change of an observed
-        execution, so until it does (or runtimed cancels, forgets or starts one), the last
-        answer stands and no Status call is needed.
+        our own write, a duplicate wake-up, the start worker's report); the RLEG reports
+        every change of an observed execution that reconciliation acts on, so until it
+        does (or runtimed cancels, forgets or starts one), the last answer stands and no
+        Status call is needed. An accepted Execute counts as a PENDING answer (the server
+        has just created the execution): the reconciliation the start worker enqueues
+        records it as observed without asking Status again (issue 6: 2 Status calls per
+        Run, the one before Execute and the one that reads the finished execution).
         """
         local = self._local.get(uid)
-        if local is None or local.seen_running is None or not local.view.observed:
+        if local is None or local.seen_running is None:
+            return None
+        if not (local.view.observed or local.view.start is StartState.SUCCEEDED):
             return None
         version, view = local.seen_running
         return view if version == resource_version(obj) else None
@@ -736,9 +747,13 @@ class TaskLifecycle:
         fields = {"run_uid": spec.id, "attempt": attempt, "run": local.key}
         error = ""
         try:
+            # durable before Execute is sent (see runtimed.execute_markers)
+            self.markers.record(spec.id, attempt)
             self._calls["Execute"].inc()
             with trio.fail_after(self.timings.execute):
                 await self._server.execute(spec)
+        except ExecuteMarkerError as exc:
+            error = f"Execute not sent: {exc}"
         except (RpcRejected, ServerUnavailable) as exc:
             error = f"Execute failed: {exc}"
         except trio.TooSlowError:
@@ -758,12 +773,15 @@ class TaskLifecycle:
             self._events.emit(obj, type_="Warning", reason="StartFailed", message=error)
         else:
             local.update(start=StartState.SUCCEEDED)
+            # the server reported the execution by accepting it: it exists (seed 003 step
+            # 5); the RLEG watches it from now on and reports when it ends (see
+            # _still_running), so the reconciliation enqueued here asks no Status
+            local.last_server_state = ExecState.PENDING
+            local.seen_running = (resource_version(obj), ServerView(ExecState.PENDING))
             local.timeline.mark("executed", self._now())
             self.metrics.executions_started.inc()
             task_log.debug("execution started", extra=fields)
-            # no RLEG wake-up here: the reconciliation this enqueues calls Status, and only
-            # an execution it sees PENDING/RUNNING is handed to the RLEG (seed 003 step 5).
-            # Waking it on every start made a burst poll List about once per Run (issue 6).
+            self._wake_rleg()
         self.queue.add(local.key)
 
     async def _forget_created(self, uid: str) -> None:
@@ -820,6 +838,7 @@ class TaskLifecycle:
         local = self._local.pop(uid, None)
         if local is not None:
             local.active = False
+        self.markers.clear(uid)
         await self._remove_files(uid)
 
     async def _remove_files(self, uid: str) -> None:
@@ -903,13 +922,19 @@ class TaskLifecycle:
             for local in watched:
                 view = entries.get(local.uid)
                 state = view.state if view is not None else ExecState.NOT_FOUND
-                if state is not local.last_server_state:
-                    local.last_server_state = state
-                    local.seen_running = None
-                    if state.finished:
-                        local.timeline.mark("finished", self._now())
-                    quiet = 0
-                    self.queue.add(local.key)
+                if state is local.last_server_state:
+                    continue
+                previous, local.last_server_state = local.last_server_state, state
+                quiet = 0
+                if state.active and previous is not None and previous.active:
+                    # PENDING <-> RUNNING: reconciliation observes either the same way
+                    if view is not None and local.seen_running is not None:
+                        local.seen_running = (local.seen_running[0], view)
+                    continue
+                local.seen_running = None
+                if state.finished:
+                    local.timeline.mark("finished", self._now())
+                self.queue.add(local.key)
             delay = max(floor, rleg_delay(quiet, fastest=fastest, slowest=slowest))
             with trio.move_on_after(delay):
                 await self._rleg_wakeup.wait()
@@ -953,6 +978,7 @@ class TaskLifecycle:
             elif view.state.finished:
                 log.info("sweep: forgetting orphaned execution", extra={"run_uid": uid})
                 await self._forget(uid)
+        self.markers.prune(self._is_live_here)  # Runs deleted or moved while runtimed was down
         if entries is None:
             return
         runs_dir = self.workspace.runs_dir()

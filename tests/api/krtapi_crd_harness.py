@@ -12,6 +12,9 @@ runs the same cases through localkube.
 
 from __future__ import annotations
 
+import functools
+import operator
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,26 @@ _ENV = celpy.Environment()
 _PROGRAMS: dict[str, Any] = {}
 
 
+def _find(text: Any, pattern: Any) -> Any:
+    match = re.search(str(pattern), str(text))
+    return celpy.celtypes.StringType(match.group(0) if match else "")
+
+
+def _find_all(text: Any, pattern: Any) -> Any:
+    found = [m.group(0) for m in re.finditer(str(pattern), str(text))]
+    return celpy.celtypes.ListType([celpy.celtypes.StringType(item) for item in found])
+
+
+def _sum(items: Any) -> Any:
+    # Kubernetes types the zero of an empty list by its element type; the CRDs only sum doubles.
+    return functools.reduce(operator.add, items) if items else celpy.celtypes.DoubleType(0.0)
+
+
+#: The Kubernetes CEL library functions the CRD rules call (regex and list extensions),
+#: written here independently of localkube's.
+_K8S_FUNCTIONS = {"find": _find, "findAll": _find_all, "sum": _sum}
+
+
 def load_crd_schema(filename: str) -> dict[str, Any]:
     """The openAPIV3Schema of a committed CRD file."""
     crd = yaml.safe_load((CRD_DIR / filename).read_text(encoding="utf-8"))
@@ -48,7 +71,7 @@ def _path(parts: Any) -> str:
 
 def _program(expression: str) -> Any:
     if expression not in _PROGRAMS:
-        _PROGRAMS[expression] = _ENV.program(_ENV.compile(expression))
+        _PROGRAMS[expression] = _ENV.program(_ENV.compile(expression), functions=_K8S_FUNCTIONS)
     return _PROGRAMS[expression]
 
 

@@ -909,23 +909,33 @@ async def test_a_run_is_parsed_once_per_resource_version(
     assert len(parsed) == len(set(parsed)), parsed
 
 
-async def test_a_task_done_before_its_first_status_costs_no_rleg_list(
-    tmp_path: Path, clock: trio.testing.MockClock
+@pytest.mark.parametrize("seconds", [0.0, 0.5, 5.0])
+async def test_a_run_costs_two_status_calls(
+    tmp_path: Path, clock: trio.testing.MockClock, seconds: float
 ) -> None:
-    """Issue 6: a start alone does not wake the RLEG; the reconciliation's Status decides."""
-    async with harness(tmp_path) as h:
+    """Issue 6: Status before Execute (NOT_FOUND) and Status of the finished execution, no
+    more: an accepted Execute is the server reporting the execution (seed 003 step 5), so
+    the reconciliation the start worker enqueues asks nothing, and the RLEG's PENDING <->
+    RUNNING changes enqueue nothing (reconciliation observes both alike)."""
+    async with harness(tmp_path, start=False) as h:
+        # (no output following: its own Status reads are not reconciliations)
+        await h.start(TaskTimings(rleg_period=0.05, sweep_period=1000.0, follow_period=1000.0))
         execute = h.server.execute
+        states: list[ExecState] = []
 
-        async def instant(spec: Any) -> None:
+        async def pending_then_running(spec: Any) -> None:
             await execute(spec)
-            h.server.executions[spec.id].state = ExecState.SUCCEEDED  # done at once
+            execution = h.server.executions[spec.id]
+            execution.state = ExecState.PENDING
+            await trio.sleep(min(0.05, seconds / 2))
+            states.append(execution.state)
+            if execution.state is ExecState.PENDING:
+                execution.state = ExecState.RUNNING
 
-        h.server.execute = instant  # type: ignore[method-assign]
-        lists_before = sum(1 for method, _ in h.server.calls if method == "List")
+        h.server.default = Program(seconds=seconds)
+        h.server.execute = pending_then_running  # type: ignore[method-assign]
         key = h.create()
         await h.wait_phase(key, "Succeeded")
-        await trio.sleep(1)
-        assert sum(1 for method, _ in h.server.calls if method == "List") == lists_before
         uid = uid_of(h, key)
         assert [m for m, u in h.server.calls if u == uid] == [
             "Status",
@@ -933,6 +943,27 @@ async def test_a_task_done_before_its_first_status_costs_no_rleg_list(
             "Status",
             "Forget",
         ]
+
+
+async def test_an_execution_lost_after_an_accepted_execute_is_seen_by_the_rleg(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    """The Status-free observation of an accepted Execute still ends in ExecutionLost when
+    the server loses the execution before any Status (the RLEG's List reports NOT_FOUND)."""
+    async with harness(tmp_path) as h:
+        execute = h.server.execute
+
+        async def lost(spec: Any) -> None:
+            await execute(spec)
+            h.server.lose_all()
+
+        h.server.default = Program(seconds=5.0)
+        h.server.execute = lost  # type: ignore[method-assign]
+        key = h.create(retry={"maxAttempts": 1})
+        status = await h.wait_phase(key, "Failed")
+        assert status["reason"] == "ExecutionLost"
+        uid = uid_of(h, key)
+        assert [m for m, u in h.server.calls if u == uid].count("Status") == 2
 
 
 async def test_a_successful_run_costs_one_info_line(

@@ -31,10 +31,21 @@ def _crd(
     columns: list[dict[str, Any]],
     openapi: dict[str, Any],
     scale: dict[str, str] | None = None,
+    selectable: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     subresources: dict[str, Any] = {"status": {}}
     if scale is not None:
         subresources["scale"] = scale
+    version: dict[str, Any] = {
+        "name": constants.VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": subresources,
+        "additionalPrinterColumns": columns,
+    }
+    if selectable:
+        version["selectableFields"] = [{"jsonPath": path} for path in selectable]
+    version["schema"] = {"openAPIV3Schema": openapi}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -53,16 +64,7 @@ def _crd(
                 "shortNames": list(short_names),
                 "categories": list(constants.CATEGORIES),
             },
-            "versions": [
-                {
-                    "name": constants.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": subresources,
-                    "additionalPrinterColumns": columns,
-                    "schema": {"openAPIV3Schema": openapi},
-                }
-            ],
+            "versions": [version],
         },
     }
 
@@ -79,7 +81,10 @@ def _column(
 
 
 def run_crd() -> dict[str, Any]:
-    """The Run CRD manifest (printer columns: phase, runtime, pod, attempt, age; wide: reason)."""
+    """The Run CRD manifest (printer columns: phase, runtime, pod, attempt, age; wide: reason).
+
+    Selectable fields: ``status.assignedPodUID`` and ``spec.mode.function.handler``.
+    """
     return _crd(
         kind=constants.RUN_KIND,
         list_kind=constants.RUN_LIST_KIND,
@@ -96,6 +101,9 @@ def run_crd() -> dict[str, Any]:
             _column("Endpoint", "string", ".status.endpoint.url", priority=1),
         ],
         openapi=schema.run_schema(),
+        # fieldSelector-able (CRD field selectors: Kubernetes 1.31+): runtimed watches only its own Pod's Runs
+        # and the function Runs (runtimed.run_informers)
+        selectable=(".status.assignedPodUID", ".spec.mode.function.handler"),
     )
 
 

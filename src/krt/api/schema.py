@@ -106,7 +106,28 @@ def _duration(field: str, description: str, *, positive: bool) -> Schema:
     ]
     if positive:
         rules.append(rule("self.matches('[1-9]')", f"{field} must be a positive duration"))
+    rules.append(
+        rule(
+            _DURATION_SECONDS_AT_MOST.format(limit=limits.MAX_DURATION_NANOSECONDS / 1e9),
+            f"{field} must be at most {limits.MAX_DURATION_TEXT} (Go's longest duration, "
+            "about 292 years)",
+        )
+    )
     return _string(description, max_length=limits.MAX_DURATION_CHARS, rules=rules)
+
+
+#: CEL: the duration's parts summed in seconds are at most ``{limit}`` (Go's int64
+#: nanoseconds; compared as a double, so within a microsecond of the bound either way).
+#: ``0`` (and any string the syntax rule rejects) may have no parts: an empty sum is zero.
+_DURATION_SECONDS_AT_MOST = (
+    "self == '0' || self.findAll("
+    + _cel_str(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+    + ").map(p, double(p.find("
+    + _cel_str(r"^[0-9]*(\.[0-9]*)?")
+    + ")) * (p.endsWith('ns') ? 1e-9 : p.endsWith('ms') ? 1e-3 : "
+    "p.endsWith('s') && !p.matches('[0-9.]s$') ? 1e-6 : p.endsWith('s') ? 1.0 : "
+    "p.endsWith('m') ? 60.0 : 3600.0)).sum() <= {limit!r}"
+)
 
 
 def _time(description: str) -> Schema:
