@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NoReturn, TypeVar
 
 import click
@@ -104,6 +104,29 @@ def fail(code: ExitCode, message: str) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
     click.echo(f"error: {one_line(message, 2000)}", err=True)
     sys.exit(int(code))
+
+
+def report(failure: CommandFailed) -> None:
+    """Print ``error: <message>`` on stderr for a failure the command goes on past.
+
+    The verbs that take several names (``krt get a b``, ``krt delete a b``) act on every
+    name they can, as kubectl does, report each one they cannot with this line, and
+    then end with :func:`exit_if_failed`.
+    """
+    click.echo(f"error: {one_line(failure.message, 2000)}", err=True)
+
+
+def exit_if_failed(failures: Sequence[CommandFailed]) -> None:
+    """Exit with the first failure's code if any name failed (already :func:`report`-ed).
+
+    Args:
+        failures: what went wrong per name, in the order met; empty when all went well.
+
+    Raises:
+        SystemExit: ``failures[0].code`` (e.g. 3 for a missing Run) when there is any.
+    """
+    if failures:
+        sys.exit(int(failures[0].code))
 
 
 def run_async(main: Callable[[], Awaitable[T]]) -> T:

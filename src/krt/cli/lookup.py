@@ -6,6 +6,7 @@ A 404 on a Run can mean the Run does not exist or that kruntimes' CRDs are not i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,20 @@ def not_installed(ref: ResourceRef) -> CommandFailed:
     )
 
 
-def _missing(exc: NotFound, ref: ResourceRef, name: str, namespace: str) -> CommandFailed:
+def missing(exc: NotFound, ref: ResourceRef, name: str, namespace: str) -> CommandFailed:
+    """The failure for a 404 on the object ``name`` (exit 3).
+
+    Args:
+        exc: the API server's 404 for a GET, PATCH or DELETE of ``name``.
+        ref: the resource (Runs or Runtimes).
+        name: the object's name.
+        namespace: where it was looked for (named in the message).
+
+    Returns:
+        ``Run "x" not found in namespace "ns" (see krt list -n ns)``, or
+        :func:`not_installed` when the 404 is about the whole resource type (it names no
+        object): the CRDs are missing.
+    """
     if exc.details.get("name") != name:
         return not_installed(ref)
     hint = "krt list" if ref == RUNS else "krt runtime list"
@@ -49,7 +63,41 @@ async def get_object(kube: Kube, ref: ResourceRef, name: str, namespace: str) ->
     try:
         return await kube.get(ref, name, namespace)
     except NotFound as exc:
-        raise _missing(exc, ref, name, namespace) from exc
+        raise missing(exc, ref, name, namespace) from exc
+
+
+async def get_objects(
+    kube: Kube, ref: ResourceRef, names: Sequence[str], namespace: str
+) -> tuple[list[Obj], list[CommandFailed]]:
+    """GET every named Run or Runtime, going on past the missing ones (as kubectl does).
+
+    ``kubectl get pod a b`` prints the Pods that exist and reports each missing name; so
+    does ``krt get a b``. Only a name's own 404 is collected: any other failure concerns
+    every name alike (kruntimes not installed, RBAC, connection) and is raised.
+
+    Args:
+        kube: the client.
+        ref: the resource (Runs or Runtimes).
+        names: object names in the order given; a repeated name is fetched once.
+        namespace: where to look.
+
+    Returns:
+        The objects found (in ``names`` order) and one exit-3 failure per missing name.
+
+    Raises:
+        CommandFailed: kruntimes not installed (exit 3).
+        ApiError, ConnectionFailed: other failures.
+    """
+    found: list[Obj] = []
+    failures: list[CommandFailed] = []
+    for name in dict.fromkeys(names):
+        try:
+            found.append(await kube.get(ref, name, namespace))
+        except NotFound as exc:
+            if exc.details.get("name") != name:
+                raise not_installed(ref) from exc
+            failures.append(missing(exc, ref, name, namespace))
+    return found, failures
 
 
 async def list_objects(

@@ -12,9 +12,9 @@ from krt.api.phases import Phase, WaitTarget, is_terminal, phase_of
 from krt.cli.connection import KubeTarget, kube_options, open_kube
 from krt.cli.describing import describe_run
 from krt.cli.exitcodes import ExitCode, epilog
-from krt.cli.failures import CommandFailed, run_async
+from krt.cli.failures import CommandFailed, exit_if_failed, report, run_async
 from krt.cli.logs import LogLine, follow_run_logs, log_containers, run_log_lines
-from krt.cli.lookup import get_object, list_objects, now
+from krt.cli.lookup import get_object, get_objects, list_objects, missing, not_installed, now
 from krt.cli.params import Duration, output_option
 from krt.cli.printing import OutputFormat, render_objects
 from krt.cli.run_refs import run_name
@@ -31,7 +31,8 @@ TABLE_FORMATS = ("table", "wide", "json", "yaml", "name")
 
 
 def _names(names: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(run_name(name) for name in names)
+    """The bare Run names, each once, in the order given (``krt delete a a`` deletes once)."""
+    return tuple(dict.fromkeys(run_name(name) for name in names))
 
 
 def print_runs(objs: list[Obj], output: str, *, single: bool) -> None:
@@ -47,6 +48,7 @@ Examples:
   krt get my-run -o yaml       # one Run as YAML
   krt get -A -o wide           # every namespace, with mode, reason and endpoint
   krt get -l team=data -o name
+  krt get a b                  # the rows of a and b; a missing one is an error line (exit 3)
 """,
 )
 @click.argument("names", nargs=-1)
@@ -57,21 +59,31 @@ Examples:
 def get_cmd(
     target: KubeTarget, names: tuple[str, ...], output: str, all_namespaces: bool, selector: str
 ) -> None:
-    """Show Runs: NAME PHASE RUNTIME POD ATTEMPT AGE (all of them without NAMES)."""
+    """Show Runs: NAME PHASE RUNTIME POD ATTEMPT AGE (all of them without NAMES).
+
+    As kubectl get pod a b: the Runs found are shown, each missing NAME is reported on
+    stderr, and the exit code is 3 if any was missing.
+    """
     show_runs(target, _names(names), output, all_namespaces, selector)
 
 
 def show_runs(
     target: KubeTarget, names: tuple[str, ...], output: str, all_namespaces: bool, selector: str
 ) -> None:
-    """``krt get`` / ``krt list``."""
+    """``krt get`` / ``krt list``.
+
+    With names, as ``kubectl get pod a b``: the Runs that exist are printed, each missing
+    one is reported on stderr (``error: Run "b" not found ...``), and the exit code is 3
+    if any was missing.
+    """
     if names and (all_namespaces or selector):
         raise click.UsageError("give Run names or --all-namespaces/--selector, not both")
 
-    async def main() -> None:
+    async def main() -> list[CommandFailed]:
+        failures: list[CommandFailed] = []
         async with open_kube(target) as kube:
             if names:
-                objs = [await get_object(kube, RUNS, name, kube.namespace) for name in names]
+                objs, failures = await get_objects(kube, RUNS, names, kube.namespace)
             else:
                 objs = await list_objects(
                     kube, RUNS, None if all_namespaces else kube.namespace, selector
@@ -79,13 +91,17 @@ def show_runs(
                 if not objs:
                     where = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
                     click.echo(f"No Runs found in {where}.", err=True)
-                    return
+                    return []
         if all_namespaces and output in ("table", "wide"):
             click.echo(_with_namespace(objs, output))
-            return
-        print_runs(objs, output, single=len(names) == 1)
+        elif objs:
+            print_runs(objs, output, single=len(names) == 1)
+        return failures
 
-    run_async(main)
+    failures = run_async(main)
+    for failure in failures:
+        report(failure)
+    exit_if_failed(failures)
 
 
 def _with_namespace(objs: list[Obj], output: str) -> str:
@@ -122,27 +138,40 @@ def list_cmd(target: KubeTarget, output: str, all_namespaces: bool, selector: st
 Examples:
   krt describe my-run
   krt describe my-function -n team-a
+  krt describe a b             # both; a missing name is reported, the others still shown
 """,
 )
-@click.argument("name")
+@click.argument("names", nargs=-1, required=True)
 @kube_options
-def describe_cmd(target: KubeTarget, name: str) -> None:
-    """Show a Run in detail: spec, status, conditions and its Events."""
-    name = run_name(name)
+def describe_cmd(target: KubeTarget, names: tuple[str, ...]) -> None:
+    """Show Runs in detail: spec, status, conditions and their Events.
 
-    async def main() -> None:
+    As kubectl describe pod a b: every Run that exists is described (a blank line
+    between two), each missing one is reported on stderr, and the exit code is 3 if any
+    was missing.
+    """
+    names = _names(names)
+
+    async def main() -> list[CommandFailed]:
         async with open_kube(target) as kube:
-            run = await get_object(kube, RUNS, name, kube.namespace)
-            uid = run["metadata"].get("uid", "")
-            try:
-                events, _ = await kube.list(
-                    EVENTS, kube.namespace, field_selector=f"involvedObject.uid={uid}"
-                )
-            except ApiError:
-                events = []  # e.g. no RBAC for events: show the Run anyway
-        click.echo(describe_run(run, events, now()))
+            runs, failures = await get_objects(kube, RUNS, names, kube.namespace)
+            for index, run in enumerate(runs):
+                uid = run["metadata"].get("uid", "")
+                try:
+                    events, _ = await kube.list(
+                        EVENTS, kube.namespace, field_selector=f"involvedObject.uid={uid}"
+                    )
+                except ApiError:
+                    events = []  # e.g. no RBAC for events: show the Run anyway
+                if index:
+                    click.echo()
+                click.echo(describe_run(run, events, now()))
+        return failures
 
-    run_async(main)
+    failures = run_async(main)
+    for failure in failures:
+        report(failure)
+    exit_if_failed(failures)
 
 
 def emit_line(line: LogLine) -> None:
@@ -292,6 +321,7 @@ def cancel_cmd(target: KubeTarget, name: str, wait: bool, timeout: float | None)
 Examples:
   krt delete my-run
   krt delete my-function --wait    # until runtimed unregistered it and it is gone
+  krt delete a b c                 # deletes those that exist; exit 3 if one was missing
 """,
 )
 @click.argument("names", nargs=-1, required=True)
@@ -301,24 +331,36 @@ Examples:
 def delete_cmd(
     target: KubeTarget, names: tuple[str, ...], wait: bool, timeout: float | None
 ) -> None:
-    """Delete Runs (a function Run is unregistered first; see seed 000 Cleanup)."""
+    """Delete Runs (a function Run is unregistered first; see seed 000 Cleanup).
+
+    As kubectl delete pod a b: every Run that exists is deleted, each missing one is
+    reported on stderr as it is met, and the exit code is 3 if any was missing (7 if a
+    --wait for the deleted ones timed out).
+    """
     names = _names(names)
 
-    async def main() -> None:
+    async def main() -> list[CommandFailed]:
+        failures: list[CommandFailed] = []
+        deleted: list[str] = []
         async with open_kube(target) as kube:
             for name in names:
                 try:
                     await kube.delete(RUNS, name, kube.namespace)
-                except NotFound:
-                    await get_object(kube, RUNS, name, kube.namespace)
-                    raise
+                except NotFound as exc:
+                    if exc.details.get("name") != name:
+                        raise not_installed(RUNS) from exc
+                    failures.append(missing(exc, RUNS, name, kube.namespace))
+                    report(failures[-1])
+                    continue
+                deleted.append(name)
                 click.echo(f'run.kruntimes.io "{name}" deleted')
             if wait:
-                for name in names:
+                for name in deleted:
                     with time_limit(timeout, f"Run {name} was not gone"):
                         await wait_for_deletion(kube, kube.namespace, name)
+        return failures
 
-    run_async(main)
+    exit_if_failed(run_async(main))
 
 
 WAIT_FORS = ("finished", "ready", "delete") + tuple(f"phase={p.value}" for p in Phase)

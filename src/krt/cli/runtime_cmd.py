@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from krt.cli.connection import KubeTarget, kube_options, open_kube
-from krt.cli.failures import run_async
-from krt.cli.lookup import get_object, list_objects, now
+from krt.cli.failures import CommandFailed, exit_if_failed, report, run_async
+from krt.cli.lookup import get_objects, list_objects, now
 from krt.cli.params import check_run_name, output_option
 from krt.cli.printing import OutputFormat, render_objects
 from krt.kube.resources import RUNTIMES
@@ -54,20 +54,38 @@ def list_cmd(target: KubeTarget, output: str) -> None:
 Examples:
   krt runtime get python
   krt runtime get python -o yaml
+  krt runtime get python bash  # both; a missing name is an error line (exit 3)
 """,
 )
-@click.argument("name")
+@click.argument("names", nargs=-1, required=True)
 @output_option(*FORMATS)
 @kube_options
-def get_cmd(target: KubeTarget, name: str, output: str) -> None:
-    """Show one Runtime."""
-    check_run_name(name)
+def get_cmd(target: KubeTarget, names: tuple[str, ...], output: str) -> None:
+    """Show Runtimes by name.
 
-    async def main() -> None:
+    As kubectl get pod a b: the Runtimes found are shown, each missing NAME is reported on
+    stderr, and the exit code is 3 if any was missing.
+    """
+    for name in names:
+        check_run_name(name)
+    unique = tuple(dict.fromkeys(names))
+
+    async def main() -> list[CommandFailed]:
         async with open_kube(target) as kube:
-            obj = await get_object(kube, RUNTIMES, name, kube.namespace)
-        click.echo(
-            render_objects([obj], OutputFormat(output), plural="runtimes", now=now(), single=True)
-        )
+            objs, failures = await get_objects(kube, RUNTIMES, unique, kube.namespace)
+        if objs:
+            click.echo(
+                render_objects(
+                    objs,
+                    OutputFormat(output),
+                    plural="runtimes",
+                    now=now(),
+                    single=len(unique) == 1,
+                )
+            )
+        return failures
 
-    run_async(main)
+    failures = run_async(main)
+    for failure in failures:
+        report(failure)
+    exit_if_failed(failures)
