@@ -30,7 +30,7 @@ from krt.grpc.client import (
     GrpcConnection,
     Metadata,
 )
-from krt.kube.http11_errors import describe_failure
+from krt.grpc.dial import DIAL_ERRORS, DialProgress, dial_failure, open_stream
 
 log = logging.getLogger("gateway.pool")
 
@@ -93,30 +93,22 @@ class ChannelPool:
         return sum(1 for conn in self._connections.values() if conn.usable)
 
     async def _connect(self, key: PoolKey) -> GrpcConnection:
-        step = "resolving the Service"
+        progress = DialProgress("resolving the Service")
         where = ""
         try:
             with trio.fail_after(self._connect_timeout):
                 target: Target = await self._resolver.resolve(key.namespace, key.runtime)
-                where, step = f" at {target.authority}", "TCP connect"
-                stream: trio.abc.Stream = await trio.open_tcp_stream(target.host, target.port)
-                if self._ssl_context is not None:
-                    tls = trio.SSLStream(
-                        stream,
-                        self._ssl_context,
-                        server_hostname=target.server_name or target.host,
-                    )
-                    step = "TLS handshake"
-                    await tls.do_handshake()
-                    stream = tls
-        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+                where = f" at {target.authority}"
+                stream = await open_stream(
+                    target.host,
+                    target.port,
+                    ssl_context=self._ssl_context,
+                    server_hostname=target.server_name or target.host,
+                    progress=progress,
+                )
+        except DIAL_ERRORS as exc:
             self._on_connect("error")
-            if isinstance(exc, trio.TooSlowError):
-                why = f"no answer within {self._connect_timeout:g} s ({step})"
-            elif step == "TLS handshake":
-                why = f"TLS handshake failed: {describe_failure(exc)}"
-            else:
-                why = describe_failure(exc)
+            why = dial_failure(exc, progress, self._connect_timeout)
             raise ConnectFailedError(
                 f"cannot connect to the Service of Runtime {key.namespace}/{key.runtime}"
                 f"{where}: {why}"

@@ -26,7 +26,7 @@ from typing import Final
 import trio
 
 from krt.grpc.client import ConnectionLostError, GrpcConnection, Metadata
-from krt.kube.http11_errors import describe_failure
+from krt.grpc.dial import DIAL_ERRORS, DialProgress, dial_failure, open_stream
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_SECONDS", "Channels", "ConnectFailed", "open_channels"]
 
@@ -76,24 +76,18 @@ class Channels:
     async def _connect(self, address: Address) -> GrpcConnection:
         host, port = address
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        step = "TCP connect"
+        progress = DialProgress()
         try:
             with trio.fail_after(self._connect_timeout):
-                stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
-                if self._ssl is not None:
-                    tls = trio.SSLStream(
-                        stream, self._ssl, server_hostname=self._server_hostname or host
-                    )
-                    step = "TLS handshake"
-                    await tls.do_handshake()
-                    stream = tls
-        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            if isinstance(exc, trio.TooSlowError):
-                why = f"no answer within {self._connect_timeout:g} s ({step})"
-            elif step == "TLS handshake":
-                why = f"TLS handshake failed: {describe_failure(exc)}"
-            else:
-                why = describe_failure(exc)
+                stream = await open_stream(
+                    host,
+                    port,
+                    ssl_context=self._ssl,
+                    server_hostname=self._server_hostname or host,
+                    progress=progress,
+                )
+        except DIAL_ERRORS as exc:
+            why = dial_failure(exc, progress, self._connect_timeout)
             raise ConnectFailed(f"cannot connect to {authority}: {why}") from exc
         conn = GrpcConnection(
             stream, authority=authority, scheme="https" if self._ssl is not None else "http"
