@@ -10,6 +10,7 @@ on the Pod IP, with ``--work-dir`` the shared workspace as the node lays it out
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -42,6 +43,12 @@ class Cluster:
 
     def pod_roots(self) -> list[Path]:
         return sorted((self.state_dir / "node" / "pods").glob(f"{NS}_*"))
+
+    def pod_root(self, pod: dict[str, Any]) -> Path:
+        """The node's directory of ``pod`` (a Pod object)."""
+        uid = pod["metadata"]["uid"]
+        (root,) = [r for r in self.pod_roots() if r.name.endswith(uid)]
+        return root
 
 
 def runtime_manifest(
@@ -120,6 +127,15 @@ async def wait_phase(kube: Kube, name: str, *phases: str, within: float = 60) ->
             if (obj.get("status") or {}).get("phase") in phases:
                 return obj
             await trio.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def container_pid(pod_root: Path, container: str) -> int:

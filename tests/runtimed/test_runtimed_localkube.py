@@ -12,13 +12,12 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 from runtimed_cluster import (
     NS,
-    Cluster,
+    alive,
     container_pid,
     running_cluster,
     runtime_manifest,
@@ -30,20 +29,6 @@ from runtimed_cluster import (
 from krt.kube.resources import RUNS, RUNTIMES
 
 pytestmark = pytest.mark.slow
-
-
-def pod_root(cluster: Cluster, pod: dict[str, Any]) -> Path:
-    uid = pod["metadata"]["uid"]
-    (root,) = [r for r in cluster.pod_roots() if r.name.endswith(uid)]
-    return root
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def gone(pid: int, within: float = 5.0) -> bool:
@@ -61,7 +46,7 @@ async def test_task_lifecycle_with_bash_and_python_servers(tmp_path: Path) -> No
         await kube.create(RUNTIMES, runtime_manifest("python", kind="python"))
         (bash_pod,) = await wait_runtime_ready(kube, "bash", 1)
         await wait_runtime_ready(kube, "python", 1)
-        workspace = pod_root(cluster, bash_pod) / "workspace"
+        workspace = cluster.pod_root(bash_pod) / "workspace"
 
         # inline Bash and Python tasks succeed with outputs
         await kube.create(
@@ -133,7 +118,7 @@ async def test_restarts_of_runtimed_and_of_the_runtime_server(tmp_path: Path) ->
         kube = cluster.kube
         await kube.create(RUNTIMES, runtime_manifest("bash", kind="bash"))
         (pod,) = await wait_runtime_ready(kube, "bash", 1)
-        root = pod_root(cluster, pod)
+        root = cluster.pod_root(pod)
         workspace = root / "workspace"
 
         # killing runtimed mid-execution: the Run still ends right, executed exactly once

@@ -20,7 +20,7 @@ import pytest
 import trio
 from runtimed_cluster import (
     NS,
-    Cluster,
+    alive,
     container_pid,
     running_cluster,
     runtime_manifest,
@@ -32,20 +32,6 @@ from krt.kube.client import Kube
 from krt.kube.resources import RUNS, RUNTIMES
 
 pytestmark = pytest.mark.slow
-
-
-def pod_root(cluster: Cluster, pod: dict[str, Any]) -> Path:
-    uid = pod["metadata"]["uid"]
-    (root,) = [r for r in cluster.pod_roots() if r.name.endswith(uid)]
-    return root
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def counting_script(name: str) -> str:
@@ -92,7 +78,7 @@ async def test_killing_runtimed_and_runtime_server_together_never_reruns_silentl
         kube = cluster.kube
         await kube.create(RUNTIMES, runtime_manifest("bash", kind="bash"))
         (pod,) = await wait_runtime_ready(kube, "bash", 1)
-        root = pod_root(cluster, pod)
+        root = cluster.pod_root(pod)
         workspace = root / "workspace"
 
         # maxAttempts 1: the lost attempt ends the Run Failed/ExecutionLost, run once
