@@ -21,6 +21,7 @@ and ``env`` (``export KUBECONFIG=... KRT_GATEWAY_URL=...`` once kruntimes is rea
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -262,15 +263,47 @@ def _up_foreground(
 
     try:
         trio.run(run)
-    except ImageTableError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except OSError as exc:
-        raise click.ClickException(f"cannot start localkube: {describe_failure(exc)}") from exc
+    except (ImageTableError, OSError, BaseExceptionGroup) as exc:
+        # trio reports a failed start inside exception groups: find the cause
+        cause = _startup_cause(exc)
+        if isinstance(cause, ImageTableError):
+            raise click.ClickException(str(cause)) from exc
+        if isinstance(cause, OSError):
+            hint = (
+                " (choose another --port, or 0 for any)" if cause.errno == errno.EADDRINUSE else ""
+            )
+            raise click.ClickException(
+                f"cannot start localkube: {describe_failure(cause)}{hint}"
+            ) from exc
+        raise
     finally:
         rec = _read_pid(state)
         if rec is not None and rec.get("pid") == me:
             pid_file.unlink(missing_ok=True)
     click.echo("localkube stopped", err=True)
+
+
+def _child_error(output: str) -> str:
+    """The last click error a ``krt dev up`` child printed (``Error: ...`` to its end), or ''."""
+    start = 0 if output.startswith("Error: ") else output.rfind("\nError: ") + 1
+    if start == 0 and not output.startswith("Error: "):
+        return ""
+    message = output[start + len("Error: ") :].rstrip("\n")
+    return message.removesuffix("localkube stopped").rstrip("\n")
+
+
+def _startup_cause(exc: BaseException) -> BaseException | None:
+    """The first OSError or image-table error in ``exc`` (groups searched depth first)."""
+    from localkube.images import ImageTableError
+
+    if isinstance(exc, (ImageTableError, OSError)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _startup_cause(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _progress(line: str) -> None:
@@ -366,6 +399,7 @@ def _up_detached(state: Path, port: int, images: Path | None, verbose: bool) -> 
     if verbose:
         argv.append("--verbose")
     with open(state / LOG_FILE, "ab") as log:
+        log_start = log.seek(0, os.SEEK_END)  # the log is shared with earlier runs
         child = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -377,10 +411,15 @@ def _up_detached(state: Path, port: int, images: Path | None, verbose: bool) -> 
     deadline = time.monotonic() + UP_WAIT_SECONDS
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            tail = (state / LOG_FILE).read_text(errors="replace")[-2000:]
+            with open(state / LOG_FILE, "rb") as log_file:
+                log_file.seek(log_start)
+                output = log_file.read().decode(errors="replace")
+            message = _child_error(output)
+            if message:  # the child's own error says it all
+                raise click.ClickException(message)
             raise click.ClickException(
                 f"localkube exited with code {child.returncode} while starting; "
-                f"log ({state / LOG_FILE}):\n{tail}"
+                f"log ({state / LOG_FILE}):\n{output[-2000:]}"
             )
         try:
             ready = json.loads((state / READY_FILE).read_text())
