@@ -159,12 +159,17 @@ class ApiApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"].upper()
         path = scope["path"]
-        query = {
-            k: v[-1]
-            for k, v in urllib.parse.parse_qs(
-                scope.get("query_string", b"").decode(), keep_blank_values=True
-            ).items()
-        }
+        raw_query = scope.get("query_string", b"")
+        query = (
+            {
+                k: v[-1]
+                for k, v in urllib.parse.parse_qs(
+                    raw_query.decode(), keep_blank_values=True
+                ).items()
+            }
+            if raw_query
+            else {}
+        )
         headers = {k.decode().lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
             user = self.ctx.access.authenticate(headers.get("authorization"), path)

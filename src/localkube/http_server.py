@@ -19,16 +19,18 @@ h11 (a well-kept sans-I/O library) and does the rest in one task per connection:
 Responses are framed here rather than through h11 (a status line and header lines are
 simple; h11's validating writer cost as much as its parser): header names and values
 with CR, LF (or a colon in a name) are refused, the body may not exceed its
-``content-length``, HEAD, 1xx, 204 and 304 answers carry no body. Requests are parsed by
-one ``h11.Connection`` per request cycle, fed whatever the previous one left unread.
+``content-length``, HEAD, 1xx, 204 and 304 answers carry no body. A request of the common
+shape (HTTP/1.1, plain header lines, a ``Content-Length`` body or none) is read by
+:mod:`localkube.http_head` in one pass; any other goes to an ``h11.Connection`` made for
+that request cycle and fed the unread bytes, which then decides exactly as before.
 
 HTTP/1.1 keep-alive (idle connections close after :data:`KEEP_ALIVE_SECONDS`; HTTP/1.0
 and ``Connection: close`` end after one response), ``Expect: 100-continue`` honoured, no
 upgrades. Malformed requests get h11's suggested status (400, 431, ...) and the
 connection closes. Sends after the client went away are dropped silently, as ASGI servers
 do; the connection then closes. TLS comes from the caller's context (the API server's:
-EC P-256 certificate, TLS 1.2+, ALPN ``http/1.1``), in trio's HTTPS-compatible mode (no
-``close_notify`` wait).
+EC P-256 certificate, TLS 1.2+, ALPN ``http/1.1``) through
+:class:`localkube.tls_stream.ServerTlsStream`, HTTPS-compatible (no ``close_notify``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ from typing import Any
 
 import h11
 import trio
+
+from localkube.http_head import NEED_MORE, Head, read_head
+from localkube.tls_stream import ServerTlsStream
 
 log = logging.getLogger("localkube.http_server")
 
@@ -108,11 +113,15 @@ class _Exchange:
     ``date``, and the body as sized or chunked.
     """
 
-    def __init__(self, app: App, stream: trio.SSLStream[trio.abc.Stream], scope: Scope) -> None:
+    def __init__(self, app: App, stream: ServerTlsStream, scope: Scope) -> None:
         self.app = app
         self.stream = stream
         self.base_scope = scope
-        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        # bytes received and not parsed yet; h11 takes them over for an unusual request
+        self.buffer = bytearray()
+        self.eof = False  # the peer ended its side: nothing more will arrive
+        self.conn: h11.Connection | None = None  # the h11 parser of the current request, if any
+        self.body_left = 0  # fast path: request body bytes not yet delivered
         # per request
         self.head = b""  # the response head, held until the body of a sized response
         self.response_started = False
@@ -130,6 +139,7 @@ class _Exchange:
         self.broken = False
 
     async def _next_event(self) -> Any:
+        assert self.conn is not None
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
@@ -137,21 +147,60 @@ class _Exchange:
             data = await self.stream.receive_some()
             self.conn.receive_data(bytes(data))
 
+    async def _receive_into_buffer(self) -> bool:
+        """Read once into :attr:`buffer`; False at the end of the stream."""
+        if not self.eof:
+            try:
+                data = await self.stream.receive_some()
+            except trio.BrokenResourceError:
+                data = b""
+            if data:
+                self.buffer += data
+                return True
+            self.eof = True
+        return False
+
+    async def _read_request(self) -> Head | h11.Request | None:
+        """The next request's head: fast path, or h11's; None once the connection ends."""
+        found = read_head(self.buffer, max_head_bytes=MAX_HEAD_BYTES)
+        if found is NEED_MORE:  # the usual case: wait for the next request
+            with trio.move_on_after(KEEP_ALIVE_SECONDS):
+                while found is NEED_MORE and await self._receive_into_buffer():
+                    found = read_head(self.buffer, max_head_bytes=MAX_HEAD_BYTES)
+            if found is NEED_MORE and not self.eof:
+                return None  # idle too long
+        if isinstance(found, Head):
+            del self.buffer[: found.size]
+            self.body_left = found.content_length
+            return found
+        if not self.buffer and self.eof:
+            return None  # closed between requests
+        # an unusual (or incomplete, or malformed) request: h11 takes it from here
+        self.conn = conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        if self.buffer:  # (h11 takes empty data for the end of the stream)
+            conn.receive_data(bytes(self.buffer))
+            self.buffer.clear()
+        if self.eof:
+            conn.receive_data(b"")
+        with trio.move_on_after(KEEP_ALIVE_SECONDS):
+            event = await self._next_event()
+            return event if isinstance(event, h11.Request) else None  # or ConnectionClosed
+        return None
+
     async def serve(self) -> None:
         """Serve requests until the peer closes, the idle timeout passes or an error ends it."""
         while True:
             self._reset(keep_alive=True, head_request=False)  # no response in this cycle yet
-            event = self.conn.next_event()  # a pipelined request may be buffered already
-            if event is h11.NEED_DATA:
-                with trio.move_on_after(KEEP_ALIVE_SECONDS):
-                    event = await self._next_event()
-                if event is h11.NEED_DATA:  # idle too long
-                    return
-            if not isinstance(event, h11.Request):
-                return  # ConnectionClosed
-            await self._serve_request(event)
+            request = await self._read_request()
+            if request is None:
+                return
+            await self._serve_request(request)
             if self.broken or self.peer_gone or not self.response_done:
                 return
+            if self.conn is None:
+                if not await self._drain_body() or not self.keep_alive:
+                    return
+                continue
             if self.conn.client_is_waiting_for_100_continue:
                 return  # answered without asking for the body: it may never come
             # read (and drop) what the app left of the request body: closing with unread
@@ -164,11 +213,22 @@ class _Exchange:
             if not self.keep_alive or self.conn.their_state is not h11.DONE:
                 return
             unread, closed = self.conn.trailing_data
-            self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-            if unread:
-                self.conn.receive_data(unread)
-            if closed:
-                self.conn.receive_data(b"")
+            self.conn = None  # the next request starts on the fast path again
+            self.buffer[:] = unread
+            self.eof = closed
+
+    async def _drain_body(self) -> bool:
+        """Fast path: drop the request body the app left unread; False if it never came."""
+        if not self.body_left:
+            return True
+        with trio.move_on_after(DRAIN_SECONDS):
+            while self.body_left:
+                if not self.buffer and not await self._receive_into_buffer():
+                    return False
+                taken = min(self.body_left, len(self.buffer))
+                del self.buffer[:taken]
+                self.body_left -= taken
+        return not self.body_left
 
     def _reset(self, *, keep_alive: bool, head_request: bool) -> None:
         """Forget the previous request's response state."""
@@ -180,17 +240,25 @@ class _Exchange:
         self.keep_alive = keep_alive
         self.head_request = head_request
 
-    async def _serve_request(self, request: h11.Request) -> None:
+    async def _serve_request(self, request: Head | h11.Request) -> None:
         method = request.method.decode("ascii")
-        self._reset(keep_alive=not _wants_close(request), head_request=method == "HEAD")
+        if isinstance(request, Head):
+            keep_alive = not request.close
+            http_version = "1.1"
+            headers = request.headers
+        else:
+            keep_alive = not _wants_close(request)
+            http_version = request.http_version.decode("ascii")
+            headers = list(request.headers)
+        self._reset(keep_alive=keep_alive, head_request=method == "HEAD")
         raw_path, _, query = bytes(request.target).partition(b"?")
         scope = dict(self.base_scope)
         scope["method"] = method
-        scope["http_version"] = request.http_version.decode("ascii")
+        scope["http_version"] = http_version
         scope["path"] = urllib.parse.unquote(raw_path.decode("latin-1"))
         scope["raw_path"] = raw_path
         scope["query_string"] = query
-        scope["headers"] = list(request.headers)
+        scope["headers"] = headers
         try:
             await self.app(scope, self.receive, self.send)
         except Exception:
@@ -204,8 +272,38 @@ class _Exchange:
 
     async def receive(self) -> Message:
         """ASGI ``receive``: the request body, then ``http.disconnect`` once the peer closes."""
+        if self.conn is not None:
+            return await self._receive_h11(self.conn)
         if not self.body_done and not self.peer_gone:
-            if self.conn.client_is_waiting_for_100_continue and not self.response_started:
+            if self.body_left and not self.buffer and not await self._receive_into_buffer():
+                self.peer_gone = True
+                return {"type": "http.disconnect"}
+            chunk = bytes(self.buffer[: self.body_left])
+            del self.buffer[: len(chunk)]
+            self.body_left -= len(chunk)
+            self.body_done = not self.body_left
+            return {"type": "http.request", "body": chunk, "more_body": not self.body_done}
+        # the request is complete: what arrives now belongs to the next one (kept for it);
+        # an end of stream is the disconnect a streaming handler waits for
+        while not self.peer_gone:
+            if self.eof:
+                self.peer_gone = True
+                break
+            try:
+                data = await self.stream.receive_some()
+            except trio.BrokenResourceError:
+                data = b""
+            if not data or len(self.buffer) + len(data) > MAX_BUFFERED_BYTES:
+                self.eof = not data
+                self.peer_gone = True
+            else:
+                self.buffer += data
+        return {"type": "http.disconnect"}
+
+    async def _receive_h11(self, conn: h11.Connection) -> Message:
+        """:meth:`receive` for a request h11 parses."""
+        if not self.body_done and not self.peer_gone:
+            if conn.client_is_waiting_for_100_continue and not self.response_started:
                 if not self.continue_sent:
                     self.continue_sent = True
                     await self._send_bytes(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -221,17 +319,15 @@ class _Exchange:
                 return {"type": "http.request", "body": b"", "more_body": False}
             self.peer_gone = True
             return {"type": "http.disconnect"}
-        # the request is complete: what arrives now belongs to the next one (kept for it);
-        # an end of stream is the disconnect a streaming handler waits for
         while not self.peer_gone:
             try:
                 data = await self.stream.receive_some()
             except trio.BrokenResourceError:
                 data = b""
-            if not data or len(self.conn.trailing_data[0]) + len(data) > MAX_BUFFERED_BYTES:
+            if not data or len(conn.trailing_data[0]) + len(data) > MAX_BUFFERED_BYTES:
                 self.peer_gone = True
             else:
-                self.conn.receive_data(bytes(data))
+                conn.receive_data(bytes(data))
         return {"type": "http.disconnect"}
 
     def _start(self, status: int, headers: Any) -> None:
@@ -338,7 +434,7 @@ async def serve_connection(
     Never raises for client misbehaviour (bad TLS, malformed HTTP, early close): the
     connection just ends.
     """
-    stream = trio.SSLStream(transport, context, server_side=True, https_compatible=True)
+    stream = ServerTlsStream(transport, context)
     exchange: _Exchange | None = None
     try:
         with trio.fail_after(HANDSHAKE_SECONDS):
@@ -353,7 +449,7 @@ async def serve_connection(
     except Exception:  # one connection's failure must never stop the server
         log.exception("error on an HTTPS connection")
     finally:
-        # https_compatible: no close_notify, as HTTPS servers do; clients take EOF as the end
+        # no close_notify, as HTTPS servers do; clients take EOF as the end
         await trio.aclose_forcefully(stream)
 
 

@@ -53,7 +53,9 @@ def resolve(registry: ResourceRegistry, path: str) -> Route | tuple[str, str] | 
     Raises:
         ApiError: 404 for an unknown resource under a known prefix.
     """
-    segments = [urllib.parse.unquote(s) for s in path.strip("/").split("/")]
+    segments = path.strip("/").split("/")
+    if "%" in path:
+        segments = [urllib.parse.unquote(s) for s in segments]
     if segments[0] == "api" and len(segments) >= 2:
         group, version, rest = "", segments[1], segments[2:]
     elif segments[0] == "apis" and len(segments) >= 3:

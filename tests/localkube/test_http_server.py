@@ -431,3 +431,97 @@ async def test_serve_https_listens_and_reports_its_port(contexts: Contexts) -> N
         assert body.startswith(b"GET /over-tcp?")
         await stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def _raw_response(stream: trio.SSLStream[trio.abc.Stream]) -> tuple[h11.Response, bytes]:
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("host", "localhost")]))
+    conn.send(h11.EndOfMessage())
+    head: h11.Response | None = None
+    body = b""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some()))
+        elif isinstance(event, h11.Response):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += bytes(event.data)
+        else:
+            assert isinstance(event, h11.EndOfMessage), event
+            assert head is not None
+            return head, body
+
+
+async def test_plain_requests_skip_h11_and_unusual_ones_on_the_same_connection_use_it(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast head reader serves plain requests; h11 still serves chunked ones, in turn."""
+    parsers: list[h11.Connection] = []
+    real_connection = h11.Connection
+
+    def counting_connection(*args: Any, **kwargs: Any) -> h11.Connection:
+        conn = real_connection(*args, **kwargs)
+        if conn.our_role is h11.SERVER:
+            parsers.append(conn)
+        return conn
+
+    monkeypatch.setattr(http_server.h11, "Connection", counting_connection)
+    client: Client = await serve(echo_app)
+    stream = client.stream
+    plain = b"PUT /a?x=1 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello"
+    chunked = (
+        b"POST /b HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    )
+    for data, expected in [
+        (plain, b"PUT /a?x=1 /a hello"),
+        (chunked, b"POST /b? /b abcde"),
+        (plain, b"PUT /a?x=1 /a hello"),
+    ]:
+        await stream.send_all(data)
+        head, body = await _raw_response(stream)
+        assert (head.status_code, body) == (200, expected)
+    assert len(parsers) == 1  # the chunked request only
+
+
+async def test_fast_path_reassembles_heads_and_bodies_split_across_reads(serve: Serve) -> None:
+    client: Client = await serve(echo_app)
+    stream = client.stream
+    request = b"PUT /split HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n0123456789"
+    for cut in (5, 30, len(request) - 4):  # in the request line, a header, the body
+        await stream.send_all(request[:cut])
+        await trio.testing.wait_all_tasks_blocked()
+        await stream.send_all(request[cut:])
+        _, body = await _raw_response(stream)
+        assert body == b"PUT /split? /split 0123456789"
+    # two requests with bodies in one write, then one more: all answered in order
+    second = request.replace(b"/split", b"/again")
+    await stream.send_all(request + second)
+    assert (await _raw_response(stream))[1] == b"PUT /split? /split 0123456789"
+    assert (await _raw_response(stream))[1] == b"PUT /again? /again 0123456789"
+
+
+async def test_fast_path_body_cut_short_by_the_peer_is_a_disconnect(serve: Serve) -> None:
+    received: list[Any] = []
+    done = trio.Event()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            received.append(message)
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                done.set()
+                return
+
+    client: Client = await serve(app)
+    head = b"PUT / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n"
+    await client.stream.send_all(head + b"012")
+    await trio.testing.wait_all_tasks_blocked()
+    await client.stream.transport_stream.aclose()  # the client goes away mid-body
+    with trio.fail_after(5):
+        await done.wait()
+    assert received == [
+        {"type": "http.request", "body": b"012", "more_body": True},
+        {"type": "http.disconnect"},
+    ]

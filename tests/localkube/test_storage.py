@@ -212,21 +212,26 @@ def test_sqlite_single_put_is_one_statement_and_revisions_survive(tmp_path: Path
     backend._conn.set_trace_callback(statements.append)
     backend.commit(1, [(key("a"), b'{"v":1}')], [])
     assert len(statements) == 1
-    assert statements[0].startswith("INSERT OR REPLACE INTO objects")
+    assert statements[0].startswith("INSERT INTO objects")
     backend.commit(2, [(key("b"), b'{"v":2}')], [])
+    # an update rewrites the row in place (an upsert: same rowid), not delete + insert
+    rowid = "SELECT rowid, data, rev FROM objects WHERE name='a'"
+    (before, _, _) = backend._conn.execute(rowid).fetchone()
+    backend.commit(3, [(key("a"), b'{"v":3}')], [])
+    assert backend._conn.execute(rowid).fetchone() == (before, b'{"v":3}', 3)
     backend.close()
     # the revision of a put lives in its row; of a deletion, in meta: load takes the larger
     backend = storage.SqliteBackend(tmp_path / "db")
-    assert backend.load()[0] == 2
-    backend.commit(3, [], [key("b")])
+    assert backend.load()[0] == 3
+    backend.commit(4, [], [key("b")])
     backend.close()
     backend = storage.SqliteBackend(tmp_path / "db")
     revision, objects = backend.load()
-    assert (revision, [k for k, _ in objects]) == (3, [key("a")])
-    backend.commit(4, [(key("a"), b'{"v":4}')], [])
+    assert (revision, objects) == (4, [(key("a"), {"v": 3})])
+    backend.commit(5, [(key("a"), b'{"v":5}')], [])
     backend.close()
     backend = storage.SqliteBackend(tmp_path / "db")
-    assert backend.load()[0] == 4
+    assert backend.load() == (5, [(key("a"), {"v": 5})])
     backend.close()
 
 

@@ -369,7 +369,12 @@ def _walk_memoized(
         _walk(walker, value, old, has_old, node, path)
         return
     new_text = canonical_json(value)
-    old_text = (canonical_json(old) if has_old else ABSENT) if new_text is not None else None
+    if new_text is None:
+        old_text: str | None = None
+    elif not has_old:
+        old_text = ABSENT
+    else:  # a status write keeps the stored spec object itself: encode it once
+        old_text = new_text if old is value else canonical_json(old)
     if new_text is None or old_text is None:
         _walk(walker, value, old, has_old, node, path)
         return

@@ -19,7 +19,9 @@ from localkube.crd._schema import SchemaNode
 ENVELOPE = frozenset({"apiVersion", "kind", "metadata"})
 
 
-def apply_defaults(value: Any, node: SchemaNode, *, root: bool = False) -> None:
+def apply_defaults(
+    value: Any, node: SchemaNode, *, root: bool = False, trusted: frozenset[str] = frozenset()
+) -> None:
     """Apply defaults below ``value`` (a dict or list) in place; scalars are left alone.
 
     Args:
@@ -27,9 +29,11 @@ def apply_defaults(value: Any, node: SchemaNode, *, root: bool = False) -> None:
         node: the schema node for ``value``.
         root: whether ``value`` is the whole object (``apiVersion``, ``kind`` and
             ``metadata`` are then left alone).
+        trusted: properties of ``value`` already defaulted under this schema (read-only
+            values): left alone.
     """
     if isinstance(value, dict):
-        _default_object(value, node, skip=ENVELOPE if root else frozenset())
+        _default_object(value, node, skip=(ENVELOPE if root else frozenset()) | trusted)
     elif isinstance(value, list) and node.items is not None:
         items = node.items
         for index, item in enumerate(value):

@@ -19,16 +19,20 @@ from localkube.crd._schema import SchemaNode
 ENVELOPE = ("apiVersion", "kind", "metadata")
 
 
-def prune(value: Any, node: SchemaNode, *, root: bool = False) -> Any:
+def prune(
+    value: Any, node: SchemaNode, *, root: bool = False, trusted: frozenset[str] = frozenset()
+) -> Any:
     """Return a pruned deep copy of ``value`` under ``node``.
 
     Args:
         value: a JSON value (dicts, lists, str, int, float, bool, None).
         node: the schema node describing ``value``.
         root: whether ``value`` is the whole object (keeps ``apiVersion``/``kind``/``metadata``).
+        trusted: properties of ``value`` already pruned under this schema (read-only
+            values): shared as they are, not copied.
     """
     if isinstance(value, dict):
-        return _prune_object(value, node, keep_envelope=root or node.embedded)
+        return _prune_object(value, node, keep_envelope=root or node.embedded, trusted=trusted)
     if isinstance(value, list):
         if node.items is None:
             return copy.deepcopy(value)
@@ -38,13 +42,19 @@ def prune(value: Any, node: SchemaNode, *, root: bool = False) -> Any:
 
 
 def _prune_object(
-    value: dict[str, Any], node: SchemaNode, *, keep_envelope: bool
+    value: dict[str, Any],
+    node: SchemaNode,
+    *,
+    keep_envelope: bool,
+    trusted: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     result: dict[str, Any] = {}
     additional = node.additional
     for key, item in value.items():
         child = node.properties.get(key)
-        if keep_envelope and key in ENVELOPE:
+        if key in trusted:
+            result[key] = item
+        elif keep_envelope and key in ENVELOPE:
             result[key] = copy.deepcopy(item)
         elif child is not None:
             result[key] = prune(item, child)

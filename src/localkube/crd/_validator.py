@@ -25,6 +25,10 @@ BLOCKING_REASONS = frozenset(
 )
 """Schema errors after which kube-apiserver skips CEL rules (``hasBlockingErr``)."""
 
+MAX_REMEMBERED = 2048
+"""Admitted top-level values (``spec``, ``status``) a validator remembers by identity."""
+ENVELOPE = frozenset({"apiVersion", "kind", "metadata"})
+
 SKIPPED_RULES_MESSAGE = (
     "some validation rules were not checked because the object was invalid;"
     " correct the existing errors to complete validation"
@@ -54,6 +58,10 @@ class CRDValidator:
         compile_rules(self._root)
         _check_defaults(self._root)
         self._cache = RuleResultCache()
+        root = self._root
+        self._can_trust = not (root.all_of or root.any_of or root.one_of or root.not_)
+        # id -> the value itself (kept alive, so an id is never reused while listed)
+        self._admitted: dict[int, Any] = {}
 
     @property
     def root(self) -> SchemaNode:
@@ -78,15 +86,43 @@ class CRDValidator:
             errors (empty when the object is valid). Never raises for bad input.
         """
         node = self._root
-        new_obj: Any = prune(obj, node, root=True)
-        apply_defaults(new_obj, node, root=True)
-        errors = validate_value(new_obj, node, "", root=True)
+        trusted = self._trusted(obj)
+        new_obj: Any = prune(obj, node, root=True, trusted=trusted)
+        apply_defaults(new_obj, node, root=True, trusted=trusted)
+        errors = validate_value(new_obj, node, "", root=True, trusted=trusted)
         if any(e.reason in BLOCKING_REASONS for e in errors):
             if node.rules_below:
                 errors.append(fe.invalid(fe.ROOT_FIELD, None, SKIPPED_RULES_MESSAGE))
         else:
             errors.extend(evaluate_rules(new_obj, old, old is not None, node, cache=self._cache))
+        if not errors and isinstance(new_obj, dict):
+            self._remember(new_obj)
         return new_obj, errors
+
+    def _trusted(self, obj: Any) -> frozenset[str]:
+        """Top-level fields of ``obj`` whose values this validator admitted before.
+
+        A status write carries the stored ``spec`` object itself (stored objects are
+        read-only and shared), and an update of the main resource the stored ``status``:
+        pruning, defaulting and schema validation are pure functions of the value and the
+        schema, so a value admitted before needs none of them again. CEL rules still run
+        (their own cache answers for unchanged values).
+        """
+        if not self._can_trust or not isinstance(obj, dict) or not self._admitted:
+            return frozenset()
+        admitted = self._admitted
+        return frozenset(
+            key
+            for key, value in obj.items()
+            if key not in ENVELOPE and admitted.get(id(value)) is value
+        )
+
+    def _remember(self, admitted: dict[str, Any]) -> None:
+        for key, value in admitted.items():
+            if key not in ENVELOPE and isinstance(value, dict | list):
+                if len(self._admitted) >= MAX_REMEMBERED:
+                    del self._admitted[next(iter(self._admitted))]
+                self._admitted[id(value)] = value
 
 
 def _check_defaults(node: SchemaNode) -> None:

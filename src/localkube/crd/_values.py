@@ -80,7 +80,12 @@ def field_of(path: str) -> str:
 
 
 def validate_value(
-    value: Any, node: SchemaNode, path: str, *, root: bool = False
+    value: Any,
+    node: SchemaNode,
+    path: str,
+    *,
+    root: bool = False,
+    trusted: frozenset[str] = frozenset(),
 ) -> list[FieldError]:
     """Validate ``value`` against ``node``; return the field errors in kube-openapi order.
 
@@ -90,9 +95,11 @@ def validate_value(
         path: kube-openapi path of ``value`` (``""`` for the object root).
         root: skip ``metadata`` (only ``name``/``generateName`` are checked there) and
             accept ``apiVersion``/``kind`` at the root.
+        trusted: properties of the object ``value`` whose values passed this schema
+            already (they count as present, their contents are not walked again).
     """
     errors: list[FieldError] = []
-    _validate(value, node, path, errors, root=root)
+    _validate(value, node, path, errors, root=root, trusted=trusted)
     return errors
 
 
@@ -107,7 +114,13 @@ def _type_ok(actual: str, node: SchemaNode) -> bool:
 
 
 def _validate(
-    value: Any, node: SchemaNode, path: str, errors: list[FieldError], *, root: bool = False
+    value: Any,
+    node: SchemaNode,
+    path: str,
+    errors: list[FieldError],
+    *,
+    root: bool = False,
+    trusted: frozenset[str] = frozenset(),
 ) -> None:
     actual = json_type(value)
     if value is None:
@@ -127,7 +140,7 @@ def _validate(
     if node.enum is not None and not _in_enum(value, node):
         errors.append(fe.not_supported(field_of(path), value, node.enum))
     if actual == "object":
-        _validate_object(value, node, path, errors, root=root)
+        _validate_object(value, node, path, errors, root=root, trusted=trusted)
 
 
 def _in_enum(value: Any, node: SchemaNode) -> bool:
@@ -318,7 +331,13 @@ def _check_map_list(
 
 
 def _validate_object(
-    value: dict[str, Any], node: SchemaNode, path: str, errors: list[FieldError], *, root: bool
+    value: dict[str, Any],
+    node: SchemaNode,
+    path: str,
+    errors: list[FieldError],
+    *,
+    root: bool,
+    trusted: frozenset[str] = frozenset(),
 ) -> None:
     name = path or "."
     field = field_of(path)
@@ -336,7 +355,7 @@ def _validate_object(
         if key not in value and not (root and key in ("apiVersion", "kind", "metadata")):
             errors.append(fe.required(join(path, key)))
     for key, child in node.properties.items():
-        if key not in value:
+        if key not in value or key in trusted:
             continue
         if root and key == "metadata":
             _validate_root_metadata(value[key], child, errors)
@@ -344,7 +363,7 @@ def _validate_object(
             _validate(value[key], child, join(path, key), errors)
     if isinstance(node.additional, SchemaNode):
         for key, item in value.items():
-            if key not in node.properties:
+            if key not in node.properties and key not in trusted:
                 _validate(item, node.additional, join(path, key), errors)
     if node.embedded:
         for key in ("apiVersion", "kind"):
