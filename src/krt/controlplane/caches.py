@@ -341,6 +341,20 @@ class Caches:
             return kept.fresh
         return kept.stale
 
+    def heartbeat_deadline_of(self, obj: Obj) -> float | None:
+        """Until when a cached Pod's heartbeat Lease is fresh, or ``None`` if it never is.
+
+        Seconds since the epoch (:func:`~krt.controlplane.podstate.heartbeat_deadline`), read
+        once per (Pod, Lease) version like :meth:`pod_state`.
+
+        Args:
+            obj: the cached Pod.
+        """
+        self.pod_state(obj)
+        meta = _meta(obj)
+        kept = self._pod_states.get((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        return kept.deadline if kept is not None else None
+
     def _forget_pod(self, event: InformerEvent) -> None:
         if event.type is EventType.DELETED:
             meta = _meta(event.obj)

@@ -23,6 +23,9 @@ stands, and nothing would be left to tell, once the old Pod is gone, that the fi
 go (a Run deleted before its re-bind would hang). Runs without the finalizer (tasks) are
 recovered on any fence. A live Pod with a stale heartbeat is left alone (it may be
 restarting runtimed); it is not schedulable, and once it is deleted the rules above apply.
+The one exception: a Run on it that no runtimed has claimed yet (phase Scheduled) is
+unassigned without a fence and without consuming an attempt (:class:`Unassign`; why that is
+safe: :mod:`krt.controlplane.unclaimed`).
 
 Pure: the adapter (:mod:`krt.controlplane.reaper_loop`) supplies the cached Pod and the
 endpoint set, and performs the decision with conditional writes (status first, then the
@@ -41,6 +44,7 @@ from krt.api.phases import is_terminal, needs_stale_recovery_check
 from krt.api.retry import Failure, FailureReason, Reentry, Retry, Stale, Terminal, decide
 from krt.api.run import Run
 from krt.controlplane.podstate import PodState
+from krt.controlplane.unclaimed import Unassign, decide_unclaimed
 
 
 class Fence(StrEnum):
@@ -88,7 +92,7 @@ class Recover:
     message: str
 
 
-ReapDecision: TypeAlias = Healthy | NotFenced | Recover
+ReapDecision: TypeAlias = Healthy | NotFenced | Recover | Unassign
 
 
 def in_scope(run: Run) -> bool:
@@ -124,7 +128,8 @@ def decide_reap(
         now: the current wall-clock time (aware).
 
     Returns:
-        :class:`Healthy`, :class:`NotFenced` or :class:`Recover`.
+        :class:`Healthy`, :class:`NotFenced`, :class:`Recover` or :class:`Unassign` (a
+        never-claimed Run on a live Pod whose heartbeat is stale).
 
     Raises:
         DurationError: ``spec.retryPolicy.backoff`` is malformed (the CRD prevents it).
@@ -155,6 +160,9 @@ def decide_reap(
             "with a fresh heartbeat"
         )
     elif not exact.heartbeat_fresh:
+        unassign = decide_unclaimed(run, now=now)
+        if unassign is not None:
+            return unassign
         return NotFenced(
             f"assigned Pod {assigned_name} has a stale runtimed heartbeat but is not deleting"
         )

@@ -9,9 +9,16 @@ live Pod stops there, any other is queued for the reconcile (issue 6: no queue r
 per bind, claim or heartbeat). A suspect but unfenced Run is re-checked every
 :data:`RECHECK_SECONDS` (heartbeats expire without an event).
 
-"Pod UID gone" is confirmed with one live GET of the Pod before anything is written: the
-Pods cache may lag the Runs cache (a new leader lists Pods before Runs), and a stale read
-must never fence a live assignment. A recovery then writes the retry engine's patch with a conditional status update (requeue to
+A Run no runtimed has claimed yet (phase Scheduled) on a live Pod whose heartbeat went stale
+is unassigned instead (:mod:`krt.controlplane.unclaimed`): back to Pending with its attempt
+unchanged, a ``NotClaimed`` Warning Event, and the scheduler places it again. A heartbeat
+expires without any event, so while such a Run waits on a Pod whose heartbeat is fresh, the
+Pod is re-checked once its Lease lapses (one timer per Pod, not per Run).
+
+"Pod UID gone" is confirmed with one live GET of the Pod before anything is written (and
+"heartbeat stale", before an unassignment, with one GET of the Lease): the caches may lag
+(a new leader lists Pods before Runs), and a stale read must never fence a live assignment
+or move a Run a live runtimed is about to claim. A recovery then writes the retry engine's patch with a conditional status update (requeue to
 Pending with ``attempt + 1`` and reason ``PodLost``, or Failed), *then* removes the
 registration-cleanup finalizer when the fence was "Pod UID gone", with a merge patch that
 carries the Run's ``resourceVersion`` (conditional too). A 409 at either step re-reads from
@@ -41,11 +48,13 @@ from krt.controlplane.fencing import (
 )
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
+from krt.controlplane.unclaimed import NOT_CLAIMED_EVENT_REASON, Unassign, never_claimed
 from krt.kube.client import Kube, Obj
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.events import EventSink
+from krt.kube.heartbeat import heartbeat_fresh, heartbeat_lease_name
 from krt.kube.informer import EventType, InformerEvent, object_key
-from krt.kube.resources import PODS, RUNS
+from krt.kube.resources import LEASES, PODS, RUNS
 from krt.kube.status import write_status
 from krt.kube.workqueue import Requeue, WorkQueue
 
@@ -54,6 +63,11 @@ log = logging.getLogger(__name__)
 RunKey = tuple[str, str]
 #: Seconds between checks of a Run whose Pod looks lost but is not fenced yet.
 RECHECK_SECONDS = 5.0
+#: Seconds after a heartbeat Lease's expiry at which its Pod's unclaimed Runs are re-checked
+#: (a margin for the difference between trio's clock and the wall clock).
+LEASE_EXPIRY_SLACK_SECONDS = 0.5
+#: Metrics label of an unassignment (``recoveries_total{fence=...,outcome="unassigned"}``).
+UNCLAIMED_FENCE_LABEL = "HeartbeatStaleUnclaimed"
 
 
 class Reaper:
@@ -63,7 +77,7 @@ class Reaper:
         kube: the client.
         caches: the shared informers (handlers are registered here).
         metrics: recoveries are counted by fence and outcome.
-        recorder: ``PodLost`` Events.
+        recorder: ``PodLost`` and ``NotClaimed`` Events.
     """
 
     def __init__(
@@ -79,6 +93,8 @@ class Reaper:
         self._metrics = metrics
         self._recorder = recorder
         self.queue: WorkQueue[RunKey] = WorkQueue("reaper")
+        #: Pod UIDs whose Runs to re-check when the Pod's heartbeat Lease lapses.
+        self.lease_expiries: WorkQueue[str] = WorkQueue("reaper-lease-expiry")
         caches.runs.add_handler(self._on_run)
         caches.pods.add_handler(self._on_pod)
         caches.slices.add_handler(self._on_slice)
@@ -104,24 +120,47 @@ class Reaper:
         if not in_scope(run):
             return
         try:
-            if isinstance(self._decide(key, run), Healthy):
+            if isinstance(self._assess(key, run), Healthy):
                 return
         except Exception:  # the reconcile raises it again, logs it and backs off
             log.debug("reap decision for %s/%s failed; queued", *key, exc_info=True)
         self.queue.add(key)
 
-    def _decide(self, key: RunKey, run: Run) -> ReapDecision:
-        """:func:`decide_reap` on the cached Pod, EndpointSlices and the clock."""
+    def _assess(self, key: RunKey, run: Run) -> ReapDecision:
+        """:func:`decide_reap` on the cached Pod, EndpointSlices and the clock.
+
+        A Healthy Run no runtimed has claimed yet also arms its Pod's lease-expiry check:
+        if the heartbeat lapses before the claim, that check unassigns the Run.
+        """
         pod_obj = (
             self._caches.pods.get(key[0], run.status.assigned_pod)
             if run.status.assigned_pod
             else None
         )
-        pod = self._caches.pod_state(pod_obj) if pod_obj is not None else None
+        now = self._caches.now()
+        pod = self._caches.pod_state(pod_obj, now=now) if pod_obj is not None else None
         in_endpoints = (run.status.assigned_pod_uid or "") in self._caches.endpoint_pod_uids(
             key[0], run.spec.runtime
         )
-        return decide_reap(run, pod=pod, pod_in_endpoints=in_endpoints, now=self._caches.now())
+        decision = decide_reap(run, pod=pod, pod_in_endpoints=in_endpoints, now=now)
+        if isinstance(decision, Healthy) and pod_obj is not None and never_claimed(run):
+            deadline = self._caches.heartbeat_deadline_of(pod_obj)
+            if deadline is not None:
+                self.lease_expiries.add_after(
+                    run.status.assigned_pod_uid or "",
+                    max(0.0, deadline - now.timestamp()) + LEASE_EXPIRY_SLACK_SECONDS,
+                )
+        return decision
+
+    async def _lease_expired(self, pod_uid: str) -> None:
+        """Re-check the unclaimed Runs on Pod ``pod_uid`` once its heartbeat Lease may have lapsed.
+
+        Only those: a claimed Run on a live Pod with a stale heartbeat is not recoverable
+        (seed 000) and is re-checked by Pod and EndpointSlice events as before.
+        """
+        for run in self._caches.runs_on_pod(pod_uid):
+            if never_claimed(run):
+                self._check((run.metadata.namespace, run.metadata.name), run)
 
     def _wake_pod_uid(self, uid: str) -> None:
         for run in self._caches.runs_on_pod(uid):
@@ -157,12 +196,18 @@ class Reaper:
         run = self._caches.parse_run(obj)
         if run is None or not in_scope(run):
             return None
-        decision = self._decide(key, run)
+        decision = self._assess(key, run)
         if isinstance(decision, Healthy):
             return None
         if isinstance(decision, NotFenced):
             log.debug("Run %s/%s: %s", *key, decision.why)
             return Requeue(after=RECHECK_SECONDS)
+        if isinstance(decision, Unassign):
+            if await self._heartbeat_still_fresh(run):
+                # the Leases cache lags: never move a Run a live runtimed may claim
+                return Requeue(after=RECHECK_SECONDS)
+            await self._unassign(obj, decision)
+            return None
         assert isinstance(decision, Recover)
         if decision.fence is Fence.POD_GONE and await self._pod_still_exists(run):
             # the Pod cache lags (e.g. a fresh leader's Pods list predates the bind): never
@@ -202,6 +247,33 @@ class Reaper:
                 ).inc()
         return None
 
+    async def _unassign(self, obj: Obj, decision: Unassign) -> None:
+        """Write the unassignment (conditional: a claim that won the race makes it a 409)."""
+        try:
+            await write_status(
+                self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), decision.patch)
+            )
+        except (Conflict, NotFound):
+            return  # claimed, changed or gone meanwhile: the informer delivers what it is now
+        self._metrics.recoveries.labels(fence=UNCLAIMED_FENCE_LABEL, outcome="unassigned").inc()
+        log.info("Run %s unassigned: %s", object_key(obj), decision.message)
+        self._recorder.emit(
+            obj, type_="Warning", reason=NOT_CLAIMED_EVENT_REASON, message=decision.message
+        )
+
+    async def _heartbeat_still_fresh(self, run: Run) -> bool:
+        """Confirm "heartbeat stale" with a live read of the Lease before unassigning."""
+        pod_name = run.status.assigned_pod or ""
+        try:
+            lease = await self._kube.get(
+                LEASES, heartbeat_lease_name(pod_name), run.metadata.namespace
+            )
+        except NotFound:
+            return False
+        return heartbeat_fresh(
+            lease, run.status.assigned_pod_uid or "", self._caches.now().timestamp()
+        )
+
     async def _pod_still_exists(self, run: Run) -> bool:
         """Confirm "Pod UID gone" with a live read before acting on it (rare: only on loss)."""
         try:
@@ -235,4 +307,7 @@ class Reaper:
                 self.queue.add(object_key(obj))
         async with trio.open_nursery() as nursery:
             await nursery.start(functools.partial(self.queue.run, self.reconcile, workers=4))
+            await nursery.start(
+                functools.partial(self.lease_expiries.run, self._lease_expired, workers=1)
+            )
             task_status.started()
