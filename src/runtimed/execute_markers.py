@@ -161,7 +161,9 @@ class ExecuteMarkers:
             return  # recorded already (a later attempt's marker covers an earlier one)
         path = self.root / f"{uid}.{attempt}"
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # O_NOFOLLOW: the workspace is shared with tasks; a link planted here is refused
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o600)
         except OSError as exc:
             reason = exc.strerror or str(exc)
             raise ExecuteMarkerError(

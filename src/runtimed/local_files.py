@@ -17,10 +17,21 @@ otherwise (DESIGN.md: no unbounded blocking I/O on the event loop):
   can take long). The tree is measured with ``lstat`` first; symlinks are removed, never
   followed (``shutil.rmtree``'s rule). Anything larger, and any error on the inline path,
   goes to ``shutil.rmtree`` in a worker thread.
+
+Symbolic links are never followed below the trusted anchor a caller names (the workspace
+root, runtimed's own mount): the workspace is shared with the Runtime Server, whose tasks
+can replace any file or directory of their Run with a link. A link followed in runtimed's
+mount namespace would let a task read runtimed-side files into Run status (security.md: a
+Run cannot read the runtimed container's filesystem) or make runtimed write through it. So
+:func:`read_bounded` and :func:`write_file` open every path component below the anchor
+relative to its parent's descriptor with ``O_NOFOLLOW`` (``O_DIRECTORY`` for directories), and
+a link anywhere there is a :class:`SymlinkRefusedError`. Cost: one ``open``/``close`` pair per
+component (three for a Run's outputs file), a few microseconds.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -34,6 +45,7 @@ __all__ = [
     "INLINE_TREE_BYTES",
     "INLINE_TREE_ENTRIES",
     "INLINE_WRITE_BYTES",
+    "SymlinkRefusedError",
     "read_bounded",
     "remove_tree",
     "small_tree",
@@ -128,18 +140,116 @@ async def remove_tree(root: Path) -> None:
     await trio.to_thread.run_sync(lambda: shutil.rmtree(root, ignore_errors=True))
 
 
-async def write_file(path: Path, data: bytes) -> None:
-    """Create or replace ``path`` with ``data``, creating missing parent directories.
+class SymlinkRefusedError(OSError):
+    """A path component below the trusted anchor is a symbolic link; it was not followed.
 
-    Inline up to :data:`INLINE_WRITE_BYTES`, in a worker thread above.
-
-    Raises:
-        OSError: the directory or the file cannot be created or written.
+    Attributes:
+        path: the component that is a link (anchor joined with the parts up to it).
     """
 
+    def __init__(self, path: Path) -> None:
+        super().__init__(errno.ELOOP, "is a symbolic link (not followed)", str(path))
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"{self.path} is a symbolic link (not followed)"
+
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _parts_below(anchor: Path, path: Path) -> tuple[str, ...]:
+    """``path``'s components below ``anchor`` (at least one).
+
+    Raises:
+        ValueError: ``path`` is not strictly below ``anchor``, or has ``..``/``.`` parts.
+    """
+    parts = path.relative_to(anchor).parts
+    if not parts or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{path} is not a plain path below {anchor}")
+    return parts
+
+
+def _open_component(name: str, flags: int, *, dir_fd: int, shown: Path, mode: int = 0o666) -> int:
+    """``os.open(name, flags | O_NOFOLLOW, dir_fd=dir_fd)``, a link raising SymlinkRefusedError.
+
+    Linux answers ``ELOOP`` for a link opened with ``O_NOFOLLOW``, but ``ENOTDIR`` when
+    ``O_DIRECTORY`` is set too; the latter is told apart from a plain file by an ``lstat``.
+    """
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and _is_link(name, dir_fd)):
+            raise SymlinkRefusedError(shown) from None
+        raise
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_parent(anchor: Path, parts: tuple[str, ...], *, create: bool) -> int:
+    """A descriptor of the directory holding ``parts[-1]``, no link followed below ``anchor``.
+
+    Args:
+        anchor: a trusted directory (followed as given: runtimed's own mount).
+        parts: the components below it; all but the last are directories.
+        create: create missing directories (mode 0o777 before the umask).
+
+    Raises:
+        SymlinkRefusedError: a directory component is a link.
+        FileNotFoundError: a directory component is missing and ``create`` is false.
+        OSError: another error opening or creating a directory.
+    """
+    fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    shown = anchor
+    try:
+        for part in parts[:-1]:
+            shown = shown / part
+            if create:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            child = _open_component(part, _DIR_FLAGS, dir_fd=fd, shown=shown)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+async def write_file(path: Path, data: bytes, *, anchor: Path) -> None:
+    """Create or replace ``path`` with ``data``, creating missing parent directories.
+
+    No symbolic link below ``anchor`` is followed (see the module docstring): a link in
+    place of the file or of a directory on the way fails the write and changes nothing
+    outside ``anchor``. Inline up to :data:`INLINE_WRITE_BYTES`, in a worker thread above.
+
+    Args:
+        path: the file, strictly below ``anchor``.
+        data: its new content.
+        anchor: the trusted directory (the workspace root).
+
+    Raises:
+        SymlinkRefusedError: the file or a directory component below ``anchor`` is a link.
+        ValueError: ``path`` is not a plain path below ``anchor``.
+        OSError: the directory or the file cannot be created or written.
+    """
+    parts = _parts_below(anchor, path)
+
     def write() -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as handle:
+        parent = _open_parent(anchor, parts, create=True)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            fd = _open_component(parts[-1], flags, dir_fd=parent, shown=path)
+        finally:
+            os.close(parent)
+        with open(fd, "wb", closefd=True) as handle:
             handle.write(data)
 
     if len(data) <= INLINE_WRITE_BYTES:
@@ -148,21 +258,38 @@ async def write_file(path: Path, data: bytes) -> None:
         await trio.to_thread.run_sync(write)
 
 
-async def read_bounded(path: Path, limit: int) -> bytes | None:
+async def read_bounded(path: Path, limit: int, *, anchor: Path) -> bytes | None:
     """Up to ``limit`` bytes from the start of ``path``; ``None`` when it does not exist.
 
-    Inline when ``limit`` is at most :data:`INLINE_READ_BYTES`, in a worker thread above.
+    No symbolic link below ``anchor`` is followed (see the module docstring). Inline when
+    ``limit`` is at most :data:`INLINE_READ_BYTES`, in a worker thread above.
+
+    Args:
+        path: the file, strictly below ``anchor``.
+        limit: most bytes to read.
+        anchor: the trusted directory (the workspace root).
 
     Raises:
+        SymlinkRefusedError: the file or a directory component below ``anchor`` is a link
+            (nothing is read through it).
+        ValueError: ``path`` is not a plain path below ``anchor``.
         OSError: the file exists but cannot be read or is not a regular file.
     """
+    parts = _parts_below(anchor, path)
 
     def read() -> bytes | None:
         try:
-            # O_NONBLOCK: a FIFO in place of the file must not hang the caller
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            parent = _open_parent(anchor, parts, create=False)
         except FileNotFoundError:
             return None
+        try:
+            # O_NONBLOCK: a FIFO in place of the file must not hang the caller
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = _open_component(parts[-1], flags, dir_fd=parent, shown=path)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(parent)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(f"{path} is not a regular file")

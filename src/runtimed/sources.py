@@ -37,7 +37,7 @@ import trio
 from krt.api.errors import OutputsError
 from krt.api.outputs import MAX_OUTPUTS_FILE_BYTES, parse_outputs_file
 from krt.api.run import Source
-from runtimed.local_files import read_bounded, remove_tree, write_file
+from runtimed.local_files import SymlinkRefusedError, read_bounded, remove_tree, write_file
 
 __all__ = [
     "OUTPUTS_ENV",
@@ -67,11 +67,14 @@ class RunFiles:
         root: ``<workspace>/runs/<uid>``.
         work: the working directory (``root/work``).
         outputs: the outputs file (``root/outputs``).
+        workspace: ``<workspace>``, the trusted anchor below which runtimed follows no
+            symbolic link (tasks can put links anywhere in their Run's directory).
     """
 
     root: Path
     work: Path
     outputs: Path
+    workspace: Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,9 @@ class Workspace:
         if not uid or uid in (".", "..") or "/" in uid or "\0" in uid:
             raise ValueError(f"Run UID {uid!r} is not usable as a directory name")
         root = self.root / "runs" / uid
-        return RunFiles(root=root, work=root / "work", outputs=root / "outputs")
+        return RunFiles(
+            root=root, work=root / "work", outputs=root / "outputs", workspace=self.root
+        )
 
     def for_server(self, path: Path) -> str:
         """``path`` (under :attr:`root`) as the Runtime Server sees it.
@@ -157,8 +162,16 @@ async def _git(git: str, *args: str, cwd: Path) -> None:
     if result.returncode != 0:
         stderr = result.stderr.decode("utf-8", "replace")
         raise PreparationError(
-            f"git {args[0]} failed (exit code {result.returncode}): {_tail(stderr)}"
+            f"git {_subcommand(args)} failed (exit code {result.returncode}): {_tail(stderr)}"
         )
+
+
+def _subcommand(args: tuple[str, ...]) -> str:
+    """The git subcommand in ``args`` (``checkout`` of ``-c k=v checkout ...``), for messages."""
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        index += 2 if args[index] in ("-c", "-C") else 1
+    return args[index] if index < len(args) else "(no subcommand)"
 
 
 async def _checkout(git: str, work: Path, repo_url: str, commit_sha: str) -> None:
@@ -185,7 +198,7 @@ async def _write_inline(files: RunFiles, source: Source) -> None:
     assert source.inline is not None
     target = _inline_target(files.work, source.effective_inline_path)
     try:
-        await write_file(target, source.inline.encode("utf-8"))
+        await write_file(target, source.inline.encode("utf-8"), anchor=files.workspace)
     except OSError as exc:
         raise PreparationError(
             f"cannot write inline source to {source.effective_inline_path!r}: {exc}"
@@ -237,15 +250,29 @@ async def remove_run_files(files: RunFiles) -> None:
 async def read_outputs(files: RunFiles) -> dict[str, str]:
     """Read and validate the outputs a task wrote to ``$KRUNTIME_OUTPUTS``.
 
+    No symbolic link is followed (the file, the Run's directory or any directory between it
+    and the workspace root): a task must not be able to copy a runtimed-side file into Run
+    status by linking to it (security.md).
+
     Returns:
         The validated outputs; empty when the task wrote no file.
 
     Raises:
-        OutputsError: a bound is broken (the message names the key and the bound), or the
-            file is not readable.
+        OutputsError: a bound is broken (the message names the key and the bound), the file
+            is a symbolic link (bound ``"symlink"``), or it is not readable.
     """
     try:
-        data = await read_bounded(files.outputs, MAX_OUTPUTS_FILE_BYTES + 1)
+        data = await read_bounded(files.outputs, MAX_OUTPUTS_FILE_BYTES + 1, anchor=files.workspace)
+    except SymlinkRefusedError as exc:
+        what = (
+            "outputs file" if exc.path == files.outputs else f"outputs file's directory {exc.path}"
+        )
+        raise OutputsError(
+            f"the {what} is a symbolic link; runtimed does not follow links in the "
+            f"workspace (write ${OUTPUTS_ENV} as a regular file)",
+            key=None,
+            bound="symlink",
+        ) from None
     except OSError as exc:
         raise OutputsError(f"cannot read the outputs file: {exc}", key=None, bound="read") from None
     if data is None:

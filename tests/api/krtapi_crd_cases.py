@@ -7,12 +7,22 @@ from typing import Any, NamedTuple
 
 from krtapi_samples import SHA, full_status, function_run, repo_run, runtime, task_run, with_changes
 
+from krt.api.limits import MAX_ENV_TOTAL_BYTES
+
 
 class Case(NamedTuple):
     id: str
     obj: dict[str, Any]
     old: dict[str, Any] | None
     expect: str  # "a&&b": one error message contains every part; "" means it must be accepted
+
+
+def _env_of_total(total: int) -> list[dict[str, str]]:
+    """``spec.env`` of 8 variables whose size (UTF-8 name + value + 2 each) is ``total``."""
+    names = [f"V{i}" for i in range(8)]
+    values = total - sum(len(n) + 2 for n in names)
+    sizes = [values // 8 + (1 if i < values % 8 else 0) for i in range(8)]
+    return [{"name": n, "value": "x" * size} for n, size in zip(names, sizes, strict=True)]
 
 
 _T = task_run()
@@ -54,6 +64,9 @@ VALID_RUNS: list[Case] = [
     Case("status-terminal-same", _with_status(_F, phase="Failed", message="x"), _with_status(_F, phase="Failed"), ""),
     Case("status-ready-to-pending", _with_status(_F, phase="Pending", assignedPod=None, assignedPodUID=None), _with_status(_F, phase="Ready"), ""),
     Case("outputs-at-bounds", _with_status(_T, outputs={f"k{i}": "v" for i in range(64)}), None, ""),
+    # F22: spec.env total at the bound, counted as the Runtime Servers count it
+    Case("env-total-at-bound", with_changes(_T, spec__env=_env_of_total(MAX_ENV_TOTAL_BYTES)), None, ""),
+    Case("env-without-values", with_changes(_T, spec__env=[{"name": "A"}, {"name": "B"}]), None, ""),
 ]  # fmt: skip
 
 INVALID_RUNS: list[Case] = [
@@ -116,6 +129,14 @@ INVALID_RUNS: list[Case] = [
          "spec.env[].name must be a C identifier"),
     Case("env-duplicate", with_changes(_T, spec__env=[{"name": "A"}, {"name": "A", "value": "2"}]), None,
          "spec.env names must be unique"),
+    # F22: 128 x 32 KiB passed the CRD and then failed every attempt at Execute (256 KiB)
+    Case("env-total-over", with_changes(_T, spec__env=_env_of_total(MAX_ENV_TOTAL_BYTES + 1)), None,
+         f"spec.env must total at most {MAX_ENV_TOTAL_BYTES} bytes"),
+    Case("env-total-f22", with_changes(_T, spec__env=[{"name": f"V{i}", "value": "x" * 32000} for i in range(10)]),
+         None, f"spec.env must total at most {MAX_ENV_TOTAL_BYTES} bytes"),
+    # bytes, not characters: 8 x 16000 'é' are 128,000 characters but 256,032 bytes
+    Case("env-total-utf8-bytes", with_changes(_T, spec__env=[{"name": f"V{i}", "value": "\u00e9" * 16000} for i in range(8)]),
+         None, f"spec.env must total at most {MAX_ENV_TOTAL_BYTES} bytes"),
     Case("timeout-zero", with_changes(_T, spec__timeout="0s"), None, "spec.timeout must be a positive duration"),
     Case("timeout-syntax", with_changes(_T, spec__timeout="10 minutes"), None,
          "spec.timeout must be a Go duration"),

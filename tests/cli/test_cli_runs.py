@@ -389,6 +389,19 @@ async def test_a_missing_runtime_is_named_before_anything_is_created(
     assert (await kube.list(RUNS, NS))[0] == []
 
 
+async def test_run_accepts_a_zero_ttl_and_backoff_as_the_api_does(kube: Kube, cli: CliRun) -> None:
+    """F14: ``--ttl 0s`` (delete at once, like a Job's 0) and ``--backoff 0s`` (retry at
+    once) were refused as "must be positive" although the CRD admits both."""
+    result = await cli(
+        "run", "z", "--runtime", "bash", "--ttl", "0s", "--retries", "1", "--backoff", "0s",
+        "--", "true",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    spec = (await kube.get(RUNS, "z", NS))["spec"]
+    assert spec["ttlSecondsAfterFinished"] == 0
+    assert spec["retryPolicy"] == {"maxAttempts": 2, "backoff": "0s"}
+
+
 async def test_run_rejected_by_the_api_server_names_the_field(cli: CliRun, tmp_path: Any) -> None:
     (tmp_path / "main.py").write_text("def invoke(r):\n    return r\n")
     result = await cli(

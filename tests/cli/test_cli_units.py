@@ -300,7 +300,7 @@ def test_gateway_url_override_keeps_path_and_checks_tls_against_the_endpoint_hos
     same, none = override_base(url, "https://runtime-gateway.kruntimes-system.svc:9443/")
     assert same.startswith("https://runtime-gateway.kruntimes-system.svc:9443/v1/")
     assert none is None
-    with pytest.raises(ValueError, match="scheme://host"):
+    with pytest.raises(ValueError, match=r"https://host\[:port\] only"):
         override_base(url, "https://127.0.0.1:8443/prefix")
 
 

@@ -74,6 +74,12 @@ def test_the_unreachable_kubeconfig_fails_with_exit_6(files: Path) -> None:
         ),
         (["run", "--runtime", "python", "--backoff", "-1s", "--", "x"], "--backoff", "duration"),
         (["run", "--runtime", "python", "--ttl", "1d", "--", "x"], "--ttl", "duration"),
+        (
+            ["run", "--runtime", "python", "--ttl", "600000h", "--", "x"],
+            "--ttl",
+            "longer than the limit of 2147483647 seconds",
+        ),
+        (["run", "--runtime", "python", "--ttl", "-1s", "--", "x"], "--ttl", "duration"),
         (["run", "--runtime", "python", "--retries", "100", "--", "x"], "--retries", "0<=x<=99"),
         (["run", "--runtime", "python", "--file", "missing.py"], "--file", "does not exist"),
         (["run", "--runtime", "python", "--file", "{dir}/latin1.py"], "--file", "UTF-8"),
@@ -221,6 +227,33 @@ def test_invoke_rejects_a_body_over_one_mebibyte(files: Path) -> None:
     result = run(files, "invoke", "f", input=body)
     assert result.exit_code == ExitCode.USAGE
     assert "exceed the 1 MiB invoke limit" in result.stderr
+
+
+def test_env_over_the_total_bound_is_a_usage_error_and_at_the_bound_is_sent(
+    files: Path,
+) -> None:
+    """F22: the CRD's spec.env total, counted as the Runtime Servers count (UTF-8 bytes)."""
+    from krt.api.limits import MAX_ENV_TOTAL_BYTES
+
+    big = [arg for i in range(10) for arg in ("-e", f"V{i}={'x' * 32000}")]
+    result = run(files, "run", "--runtime", "bash", *big, "--", "true")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "--env" in result.stderr
+    assert f"the variables total 320040 bytes, over the limit of {MAX_ENV_TOTAL_BYTES}" in (
+        result.stderr
+    )
+    # 8 values of 16,000 'é': 128,000 characters, 256,032 bytes
+    wide = [arg for i in range(8) for arg in ("-e", f"V{i}={'é' * 16000}")]
+    result = run(files, "run", "--runtime", "bash", *wide, "--", "true")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "total 256032 bytes" in result.stderr
+    # exactly at the bound is sent (exit 6: the API server is unreachable); one byte more is not
+    parts = [f"V{i}={'x' * 31000}" for i in range(8)]  # 8 x (2 + 31000 + 2) = 248032
+    for extra, code in ((0, ExitCode.UNREACHABLE), (1, ExitCode.USAGE)):
+        last = f"W={'x' * (MAX_ENV_TOTAL_BYTES - 248032 - 3 + extra)}"
+        args = [arg for part in [*parts, last] for arg in ("-e", part)]
+        result = run(files, "run", "--runtime", "bash", *args, "--", "true")
+        assert result.exit_code == code, result.output
 
 
 def test_valid_input_gets_past_validation(files: Path) -> None:

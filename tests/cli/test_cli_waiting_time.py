@@ -10,12 +10,14 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import ssl
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from krt.api.phases import WaitTarget
 from krt.cli.exitcodes import ExitCode
@@ -189,8 +191,11 @@ async def test_invoke_gives_up_after_the_timeout_plus_grace(
     from krt.cli.invoking import CLIENT_GRACE_SECONDS, Invocation, post
 
     received = trio.Event()
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
 
-    async def silent(stream: trio.SocketStream) -> None:
+    async def silent(stream: trio.SSLStream[trio.SocketStream]) -> None:
         data = b""
         while b"\r\n\r\n" not in data:
             data += await stream.receive_some(65536)
@@ -199,16 +204,17 @@ async def test_invoke_gives_up_after_the_timeout_plus_grace(
 
     async with trio.open_nursery() as nursery:
         [listener] = await nursery.start(
-            functools.partial(trio.serve_tcp, silent, 0, host="127.0.0.1")
+            functools.partial(trio.serve_ssl_over_tcp, silent, 0, server_context, host="127.0.0.1")
         )
-        port = listener.socket.getsockname()[1]
+        port = listener.transport_listener.socket.getsockname()[1]
         start = trio.current_time()
         with pytest.raises(CommandFailed) as caught:
             await post(
                 Invocation(
-                    url=f"http://127.0.0.1:{port}/v1/x:invoke",
+                    url=f"https://127.0.0.1:{port}/v1/x:invoke",
                     body=b"{}",
                     token="t",
+                    ca_bundle=ca.cert_pem.bytes(),
                     timeout_seconds=30.0,
                 )
             )

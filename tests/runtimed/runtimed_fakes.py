@@ -128,13 +128,17 @@ class FakeRunStore:
 
 @dataclass
 class Program:
-    """What a fake execution does: run ``seconds``, write ``outputs``, exit ``exit_code``."""
+    """What a fake execution does: run ``seconds``, write ``outputs``, exit ``exit_code``.
+
+    ``outputs_link`` makes ``$KRUNTIME_OUTPUTS`` a symbolic link to that path instead.
+    """
 
     seconds: float = 0.5
     exit_code: int = 0
     stdout: str = "hello\n"
     stderr: str = ""
     outputs: str | None = None
+    outputs_link: Path | None = None
 
 
 @dataclass
@@ -203,6 +207,9 @@ class FakeRuntimeServer:
             return
         if program.outputs is not None and execution.spec.env:
             Path(execution.spec.env["KRUNTIME_OUTPUTS"]).write_text(program.outputs)  # noqa: ASYNC240 - a test fake
+        if program.outputs_link is not None and execution.spec.env:
+            link = Path(execution.spec.env["KRUNTIME_OUTPUTS"])
+            link.symlink_to(program.outputs_link)  # noqa: ASYNC240 - a test fake
         execution.stdout, execution.stderr = program.stdout, program.stderr
         execution.exit_code = program.exit_code
         execution.state = ExecState.SUCCEEDED if program.exit_code == 0 else ExecState.FAILED

@@ -93,6 +93,18 @@ async def test_a_missing_directory_fails_the_record_and_records_nothing(tmp_path
     assert not markers.root.exists()  # not silently recreated
 
 
+async def test_a_link_planted_at_a_marker_path_is_refused_not_followed(tmp_path: Path) -> None:
+    """The workspace is shared with tasks: creating the marker must not create a file elsewhere."""
+    markers = await loaded(tmp_path / "m")
+    target = tmp_path / "elsewhere" / "created-by-runtimed"
+    target.parent.mkdir()
+    (markers.root / "u1.1").symlink_to(target)
+    with pytest.raises(ExecuteMarkerError, match="u1.1"):
+        markers.record("u1", 1)
+    assert not target.exists()
+    assert markers.attempt("u1") == 0
+
+
 async def test_a_directory_that_cannot_be_created_fails_the_load(tmp_path: Path) -> None:
     blocker = tmp_path / "m"
     blocker.write_text("a file where the directory should be")

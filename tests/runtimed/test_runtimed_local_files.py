@@ -86,16 +86,91 @@ async def test_symlinks_are_removed_not_followed(tmp_path: Path) -> None:
 
 async def test_small_writes_and_reads_stay_inline(tmp_path: Path, no_threads: list[object]) -> None:
     target = tmp_path / "a" / "b" / "script"
-    await write_file(target, b"exit 0\n")
-    assert await read_bounded(target, 100) == b"exit 0\n"
-    assert await read_bounded(target, 3) == b"exi"
-    assert await read_bounded(tmp_path / "none", 100) is None
+    await write_file(target, b"exit 0\n", anchor=tmp_path)
+    assert await read_bounded(target, 100, anchor=tmp_path) == b"exit 0\n"
+    assert await read_bounded(target, 3, anchor=tmp_path) == b"exi"
+    assert await read_bounded(tmp_path / "none", 100, anchor=tmp_path) is None
+    assert await read_bounded(tmp_path / "no" / "dir", 100, anchor=tmp_path) is None
     assert no_threads == []
-    await write_file(target, b"y" * (local_files.INLINE_WRITE_BYTES + 1))
+    await write_file(target, b"y" * (local_files.INLINE_WRITE_BYTES + 1), anchor=tmp_path)
     assert len(no_threads) == 1
+    await write_file(target, b"short", anchor=tmp_path)  # replaced, not appended to
+    assert target.read_bytes() == b"short"
 
 
 async def test_a_fifo_in_place_of_the_file_fails_instead_of_hanging(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "outputs")
     with trio.fail_after(5), pytest.raises(OSError, match="not a regular file"):
-        await read_bounded(tmp_path / "outputs", 100)
+        await read_bounded(tmp_path / "outputs", 100, anchor=tmp_path)
+
+
+SECRET = b"TOKEN=runtimed-side\n"
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """A file outside the anchor (runtimed's side of the mount namespace)."""
+    (tmp_path / "outside").mkdir()
+    path = tmp_path / "outside" / "secret"
+    path.write_bytes(SECRET)
+    return path
+
+
+async def test_reading_refuses_a_symlinked_file(tmp_path: Path, secret: Path) -> None:
+    """F17: a task links $KRUNTIME_OUTPUTS to a runtimed-side file; nothing is read."""
+    anchor = tmp_path / "ws"
+    (anchor / "runs" / "u").mkdir(parents=True)
+    (anchor / "runs" / "u" / "outputs").symlink_to(secret)
+    with pytest.raises(local_files.SymlinkRefusedError) as caught:
+        await read_bounded(anchor / "runs" / "u" / "outputs", 100, anchor=anchor)
+    assert caught.value.path == anchor / "runs" / "u" / "outputs"
+    assert str(caught.value).endswith("outputs is a symbolic link (not followed)")
+    # a dangling link too: it is not "no file"
+    (anchor / "runs" / "u" / "outputs").unlink()
+    (anchor / "runs" / "u" / "outputs").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(local_files.SymlinkRefusedError):
+        await read_bounded(anchor / "runs" / "u" / "outputs", 100, anchor=anchor)
+
+
+@pytest.mark.parametrize("linked", ["runs", "runs/u"])
+async def test_reading_refuses_a_symlinked_directory_on_the_way(
+    tmp_path: Path, secret: Path, linked: str
+) -> None:
+    anchor = tmp_path / "ws"
+    anchor.mkdir()
+    fake = tmp_path / "outside"
+    (fake / "u").mkdir()
+    # a regular file where runs/u/outputs resolves if a directory link is followed
+    (fake / "u" / "outputs").write_bytes(SECRET)
+    if linked == "runs":
+        (anchor / "runs").symlink_to(fake)
+    else:
+        (anchor / "runs").mkdir()
+        (anchor / "runs" / "u").symlink_to(fake / "u")
+    with pytest.raises(local_files.SymlinkRefusedError) as caught:
+        await read_bounded(anchor / "runs" / "u" / "outputs", 100, anchor=anchor)
+    assert caught.value.path == anchor / linked
+
+
+async def test_writing_refuses_symlinks_and_changes_nothing_outside(
+    tmp_path: Path, secret: Path
+) -> None:
+    anchor = tmp_path / "ws"
+    work = anchor / "runs" / "u" / "work"
+    work.mkdir(parents=True)
+    (work / "main.py").symlink_to(secret)
+    with pytest.raises(local_files.SymlinkRefusedError):
+        await write_file(work / "main.py", b"overwritten", anchor=anchor)
+    (work / "pkg").symlink_to(secret.parent)
+    with pytest.raises(local_files.SymlinkRefusedError):
+        await write_file(work / "pkg" / "new.py", b"x", anchor=anchor)
+    assert os.listdir(secret.parent) == ["secret"]
+    with open(secret, "rb") as unchanged:  # noqa: ASYNC230 - a small test file
+        assert unchanged.read() == SECRET
+
+
+async def test_paths_outside_the_anchor_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is not in the subpath|not a plain path"):
+        await read_bounded(tmp_path / "x", 10, anchor=tmp_path / "ws")
+    with pytest.raises(ValueError, match="not a plain path"):
+        await write_file(tmp_path / "ws", b"", anchor=tmp_path / "ws")

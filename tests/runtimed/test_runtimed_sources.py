@@ -9,6 +9,7 @@ import pytest
 
 from krt.api.errors import OutputsError
 from krt.api.run import Source
+from runtimed.local_files import SymlinkRefusedError, write_file
 from runtimed.sources import PreparationError, Workspace, prepare_source, read_outputs
 
 
@@ -118,7 +119,9 @@ async def test_unknown_commit_fails_with_gits_message_and_no_partial_checkout(
 ) -> None:
     url, _, _ = bare_repo
     f = files(tmp_path)
-    with pytest.raises(PreparationError, match=r"git .* failed \(exit code \d+\)"):
+    # the fetch by SHA fails, the full fetch works, the checkout fails: named by subcommand
+    # (it read "git -c failed": args[0] of `git -c advice.detachedHead=false checkout`)
+    with pytest.raises(PreparationError, match=r"^git checkout failed \(exit code \d+\): "):
         await prepare_source(Source(repo_url=url, commit_sha="0" * 40), f)
     assert not f.root.exists()
 
@@ -155,6 +158,43 @@ async def test_outputs_read_and_validated(tmp_path: Path) -> None:
     f.outputs.write_text("".join(f"k{i}=v\n" for i in range(65)))
     with pytest.raises(OutputsError, match="64"):
         await read_outputs(f)
+
+
+async def test_outputs_through_a_symlink_are_refused_not_read(tmp_path: Path) -> None:
+    """F17: the link's target (a runtimed-side file) never reaches the message."""
+    secret = tmp_path / "secret"
+    secret.write_text("k=runtimed-side-value\n")
+    f = files(tmp_path)
+    await prepare_source(None, f)
+    f.outputs.symlink_to(secret)
+    with pytest.raises(OutputsError) as caught:
+        await read_outputs(f)
+    assert caught.value.bound == "symlink"
+    assert "the outputs file is a symbolic link" in str(caught.value)
+    assert "runtimed-side" not in str(caught.value)
+    # a link in place of the Run's directory: refused as well, naming it
+    f.outputs.unlink()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "outputs").write_text("k=runtimed-side-value\n")
+    f.root.rename(tmp_path / "moved")
+    f.root.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OutputsError, match=r"outputs file's directory .*/runs/u1 is a symbolic"):
+        await read_outputs(f)
+
+
+async def test_an_inline_source_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """Preparation starts from a fresh directory; a link raced in is refused, not followed."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    f = files(tmp_path)
+    await prepare_source(None, f)
+    (f.work / "script").symlink_to(victim)
+    with pytest.raises(SymlinkRefusedError):
+        await write_file(f.work / "script", b"echo pwned\n", anchor=f.workspace)
+    assert victim.read_text() == "keep\n"
+    await prepare_source(Source(inline="echo hi\n"), f)  # the next attempt: fresh, no link
+    assert not (f.work / "script").is_symlink()
+    assert victim.read_text() == "keep\n"
 
 
 def test_workspace_translates_paths_for_the_server(tmp_path: Path) -> None:

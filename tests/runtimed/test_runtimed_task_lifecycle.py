@@ -247,6 +247,22 @@ async def test_invalid_outputs_fail_permanently_naming_the_key(
         assert h.server.execute_calls[uid_of(h, key)] == 1
 
 
+async def test_a_symlinked_outputs_file_fails_without_reading_the_target(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    """F17: ``ln -s /runtimed/side/file $KRUNTIME_OUTPUTS`` must not copy it into status."""
+    secret = tmp_path / "runtimed-side"
+    secret.write_text("TOKEN=secret-line-from-runtimed-side\n")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(outputs_link=secret)
+        key = h.create(retry={"maxAttempts": 3})
+        status = await h.wait_phase(key, "Failed", "Succeeded")
+        assert status["reason"] == "OutputsInvalid"
+        assert "outputs file is a symbolic link" in status["message"]
+        assert "secret" not in str(status)
+        assert h.server.execute_calls[uid_of(h, key)] == 1  # permanent, like other bounds
+
+
 async def test_oversized_output_value_names_the_bound(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:

@@ -68,6 +68,23 @@ def test_env_is_validated(env: dict[str, str], fragment: str) -> None:
     assert fragment in _invalid(excinfo)
 
 
+def test_every_env_the_crd_admits_passes_execute_with_runtimeds_own_variable() -> None:
+    """F22: the CRD's spec.env total (krt.api.limits) plus $KRUNTIME_OUTPUTS (a path of up to
+    4096 bytes) fits the servers' bound, counted the same way; one byte more does not."""
+    from krt.api.limits import MAX_ENV_TOTAL_BYTES
+
+    spec_env = {f"V{i}": "é" * 15000 for i in range(8)}  # 8 x (2 + 30000 + 2) = 240032
+    spec_env["W"] = "x" * (MAX_ENV_TOTAL_BYTES - 240032 - 3)
+    assert sum(len(k.encode()) + len(v.encode()) + 2 for k, v in spec_env.items()) == (
+        MAX_ENV_TOTAL_BYTES
+    )
+    env = {**spec_env, "KRUNTIME_OUTPUTS": "/" + "w" * 4095}
+    assert validate_env(env) == env
+    with pytest.raises(ContractError) as excinfo:
+        validate_env({**env, "PAD": "x" * (limits.MAX_ENV_BYTES - MAX_ENV_TOTAL_BYTES)})
+    assert f"the limit is {limits.MAX_ENV_BYTES}" in _invalid(excinfo)
+
+
 def test_valid_env_is_copied() -> None:
     env = {"A": "1", "_B2": "two words"}
     assert validate_env(env) == env

@@ -40,6 +40,16 @@ MAX_ENV: Final = 128
 ENV_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MAX_ENV_NAME_CHARS: Final = 256
 MAX_ENV_VALUE_CHARS: Final = 32 * 1024
+#: The Runtime Servers' bound on the environment of one Execute or RegisterFunction (seed 002
+#: built-in servers): each variable counts the UTF-8 bytes of its name and value plus
+#: :data:`ENV_ENTRY_OVERHEAD_BYTES` (``=`` and the terminating NUL of an ``environ`` entry).
+RUNTIME_SERVER_MAX_ENV_BYTES: Final = 256 * 1024
+ENV_ENTRY_OVERHEAD_BYTES: Final = 2
+#: Of those, what runtimed keeps for the variables it adds itself (``$KRUNTIME_OUTPUTS``, a
+#: path of at most 4096 bytes), so a Run the API admits is never rejected at Execute.
+ENV_RESERVED_BYTES: Final = 8 * 1024
+#: ``spec.env`` total, counted as the Runtime Servers count it: 248 KiB.
+MAX_ENV_TOTAL_BYTES: Final = RUNTIME_SERVER_MAX_ENV_BYTES - ENV_RESERVED_BYTES
 
 # --- spec.timeout, retryPolicy ---------------------------------------------------------------
 #: Go/Kubernetes duration syntax (unsigned): ``0`` or one or more ``<number><unit>``, unit one of
@@ -51,6 +61,8 @@ MAX_DURATION_CHARS: Final = 64
 MAX_DURATION_NANOSECONDS: Final = 2**63 - 1
 MAX_DURATION_TEXT: Final = "2562047h47m16.854775807s"
 MAX_ATTEMPTS: Final = 100
+#: ``spec.ttlSecondsAfterFinished`` (seconds; 0 deletes at once, like a Job's).
+MAX_TTL_SECONDS: Final = 2**31 - 1
 #: Exponential backoff never waits longer than this between two attempts (seconds).
 MAX_BACKOFF_SECONDS: Final = 300.0
 

@@ -18,7 +18,8 @@ Proposed Run Model, issue 5):
 * ``source.repoURL`` requires ``commitSHA`` (40 hex) and the reverse; ``inline`` and
   ``repoURL`` are exclusive; ``inlinePath`` requires ``inline``;
 * bounds on every string, list and map (inline source size, args, env, endpoint URL <= 2048
-  bytes, caBundle <= 16 KiB, outputs, conditions, message);
+  bytes, caBundle <= 16 KiB, outputs, conditions, message), and on ``spec.env``'s total as
+  the Runtime Servers count it (:data:`krt.api.limits.MAX_ENV_TOTAL_BYTES`);
 * status: ``assignedPod`` and ``assignedPodUID`` are set and cleared together; the endpoint's
   scheme matches its protocol; a terminal phase never changes again.
 
@@ -31,7 +32,7 @@ estimate stays bounded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from krt.api import limits
 from krt.api.phases import TERMINAL_PHASES, Phase
@@ -49,6 +50,33 @@ def _cel_str(text: str) -> str:
 def rule(expression: str, message: str) -> dict[str, str]:
     """One ``x-kubernetes-validations`` entry."""
     return {"rule": expression, "message": message}
+
+
+#: ``spec.env``'s size as the Runtime Servers count it (``servers.common.validation``): UTF-8
+#: bytes of each name and value plus 2 (names are ASCII, so ``size`` of a name is its bytes).
+_ENV_TOTAL_EXPRESSION: Final = (
+    f"self.map(e, size(e.name) + (has(e.value) ? size(bytes(e.value)) : 0) + "
+    f"{limits.ENV_ENTRY_OVERHEAD_BYTES}).sum()"
+)
+_ENV_TOTAL_MESSAGE: Final = (
+    f"spec.env must total at most {limits.MAX_ENV_TOTAL_BYTES} bytes (UTF-8 name and value "
+    f"+ {limits.ENV_ENTRY_OVERHEAD_BYTES} per variable)"
+)
+
+
+def _env_total_rule() -> dict[str, str]:
+    """The ``spec.env`` total bound (F22): the CRD admits only what Execute accepts.
+
+    Without it 128 values of 32 KiB each passed the CRD and every attempt then failed at the
+    Runtime Server's 256 KiB bound. The message expression also says how large the list is.
+    """
+    return {
+        "rule": f"self.size() == 0 || {_ENV_TOTAL_EXPRESSION} <= {limits.MAX_ENV_TOTAL_BYTES}",
+        "message": _ENV_TOTAL_MESSAGE,
+        "messageExpression": (
+            f"{_cel_str(_ENV_TOTAL_MESSAGE)} + ', got ' + string({_ENV_TOTAL_EXPRESSION})"
+        ),
+    }
 
 
 def _string(
@@ -368,7 +396,9 @@ def run_spec_schema() -> Schema:
             },
             "env": {
                 "type": "array",
-                "description": "Environment variables for the execution.",
+                "description": "Environment variables for the execution: at most "
+                f"{limits.MAX_ENV}, {limits.MAX_ENV_TOTAL_BYTES} bytes in all (UTF-8 name and "
+                f"value + {limits.ENV_ENTRY_OVERHEAD_BYTES} per variable).",
                 "maxItems": limits.MAX_ENV,
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["name"],
@@ -376,7 +406,8 @@ def run_spec_schema() -> Schema:
                     rule(
                         "self.all(e, self.filter(f, f.name == e.name).size() == 1)",
                         "spec.env names must be unique",
-                    )
+                    ),
+                    _env_total_rule(),
                 ],
                 "items": {
                     "type": "object",
@@ -439,7 +470,7 @@ def run_spec_schema() -> Schema:
             "ttlSecondsAfterFinished": _integer(
                 "Delete the Run this many seconds after it becomes terminal (mutable).",
                 minimum=0,
-                maximum=2**31 - 1,
+                maximum=limits.MAX_TTL_SECONDS,
             ),
             "resources": {
                 "type": "object",

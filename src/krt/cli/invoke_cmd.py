@@ -27,6 +27,8 @@ from krt.cli.invoking import (
     Invocation,
     InvokeResult,
     check_body,
+    check_endpoint_url,
+    check_gateway_url,
     check_invocation_id,
     failure_for,
     override_base,
@@ -120,7 +122,8 @@ From outside the cluster, forward the gateway and point krt at it:
 @click.option(
     "--gateway-url",
     envvar="KRT_GATEWAY_URL",
-    help="Reach the gateway here instead (scheme://host:port; the endpoint's path is kept).",
+    help="Reach the gateway here instead (https://host:port; the endpoint's path is kept; "
+    "plain http:// is refused: every request carries a bearer token).",
 )
 @click.option(
     "--service-account",
@@ -147,9 +150,11 @@ def invoke_cmd(
             raise click.BadParameter(str(exc), param_hint="'--invocation-id'") from None
     if gateway_url:
         try:
-            override_base("https://placeholder/v1", gateway_url)
+            check_gateway_url(gateway_url)
         except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--gateway-url'") from None
+            raise click.BadParameter(
+                str(exc), param_hint="'--gateway-url' (env KRT_GATEWAY_URL)"
+            ) from None
     account: ServiceAccountRef | None = None
     if service_account:
         try:
@@ -210,7 +215,9 @@ def ready_endpoint(run: Obj) -> Endpoint:
 
     Raises:
         CommandFailed: a task Run (exit 10), a function that ended (exit 1), one not Ready
-            yet (exit 8), or a Ready Run without a usable endpoint (exit 13).
+            yet (exit 8), a Ready Run without an endpoint yet (exit 8), or one whose
+            endpoint is malformed or not ``https://`` (exit 13: the bearer token is never
+            sent in plaintext, seed 000).
     """
     name = run["metadata"]["name"]
     spec, status = run.get("spec") or {}, run.get("status") or {}
@@ -244,4 +251,10 @@ def ready_endpoint(run: Obj) -> Endpoint:
         raise CommandFailed(
             ExitCode.UNAVAILABLE, f"function {name} is Ready but publishes no status.endpoint yet"
         )
+    try:
+        check_endpoint_url(endpoint.url)
+    except ValueError as exc:
+        raise CommandFailed(
+            ExitCode.SERVER_ERROR, f"function {name}: refusing to send the bearer token: {exc}"
+        ) from None
     return endpoint

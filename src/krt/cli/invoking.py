@@ -6,10 +6,15 @@ Seed 000, Invoke Contract, and docs/gateway.md: ``POST <status.endpoint.url>`` w
 ``status.endpoint.caBundle`` when it has one, else against the system roots. The client never
 retries an invocation (seed 000: no retry after dispatch).
 
-``--gateway-url`` replaces the endpoint's scheme, host and port (the path stays) to reach the
+``--gateway-url`` replaces the endpoint's host and port (the path stays) to reach the
 gateway from outside a cluster, e.g. through ``kubectl port-forward``; TLS still checks the
 certificate against the endpoint's own host name (sent as SNI), so the gateway's certificate
 needs no extra names.
+
+Only ``https://`` is ever dialled (seed 000, Gateway: "Plaintext HTTP is not supported
+because every client request carries a Kubernetes bearer token"): a plain ``http://``
+``--gateway-url``/``KRT_GATEWAY_URL`` or ``status.endpoint.url`` is refused before the token
+leaves the process, so a typo in an environment variable cannot leak a cluster credential.
 """
 
 from __future__ import annotations
@@ -139,8 +144,54 @@ def check_body(data: bytes, source: str) -> bytes:
     return data
 
 
+#: Why only https is dialled (seed 000, Gateway), for the refusal messages.
+PLAINTEXT_REFUSED: Final = (
+    "plaintext HTTP is not supported because every request carries a Kubernetes bearer token"
+)
+
+
+def check_gateway_url(gateway_url: str) -> None:
+    """Check a ``--gateway-url``/``KRT_GATEWAY_URL`` value: ``https://host[:port]`` only.
+
+    Args:
+        gateway_url: the value given, e.g. ``https://127.0.0.1:8443``.
+
+    Raises:
+        ValueError: the URL is not absolute, is not ``https`` (seed 000: plaintext HTTP is
+            not supported), or has a path, query or fragment.
+    """
+    parts = urlsplit(gateway_url)
+    if not parts.scheme or not parts.netloc:
+        raise ValueError(f"{gateway_url!r} is not an absolute https:// URL")
+    if parts.scheme.lower() != "https":
+        raise ValueError(
+            f"{gateway_url!r} is not an https:// URL: {PLAINTEXT_REFUSED} "
+            "(kubectl port-forward forwards the gateway's TLS port as is: use https://)"
+        )
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{gateway_url!r} must be https://host[:port] only")
+
+
+def check_endpoint_url(url: str, *, source: str = "status.endpoint.url") -> None:
+    """Check that ``url`` may be sent a bearer token: an absolute https URL with a host.
+
+    Args:
+        url: the URL to POST to (the Run's ``status.endpoint.url``, possibly with
+            ``--gateway-url`` applied).
+        source: what to call the URL in the message.
+
+    Raises:
+        ValueError: not ``https://`` with a host (seed 000: the public invoke protocol is
+            HTTPS; plaintext HTTP is not supported).
+    """
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "https" or not parts.hostname:
+        shown = one_line(url, 200)
+        raise ValueError(f"{source} {shown!r} is not an https:// URL: {PLAINTEXT_REFUSED}")
+
+
 def override_base(url: str, gateway_url: str) -> tuple[str, str | None]:
-    """Apply ``--gateway-url``: its scheme, host and port with the endpoint's path.
+    """Apply ``--gateway-url``: its host and port with the endpoint's path.
 
     Args:
         url: the endpoint URL.
@@ -151,16 +202,12 @@ def override_base(url: str, gateway_url: str) -> tuple[str, str | None]:
         or None when the host did not change.
 
     Raises:
-        ValueError: ``gateway_url`` is not an absolute http(s) URL without path, query or
-            fragment.
+        ValueError: ``gateway_url`` fails :func:`check_gateway_url`.
     """
+    check_gateway_url(gateway_url)
     parts = urlsplit(gateway_url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{gateway_url!r} is not an absolute http(s) URL")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"{gateway_url!r} must be scheme://host[:port] only")
     original = urlsplit(url)
-    new = urlunsplit((parts.scheme, parts.netloc, original.path, original.query, ""))
+    new = urlunsplit(("https", parts.netloc, original.path, original.query, ""))
     server_name = original.hostname if original.hostname != parts.hostname else None
     return new, server_name
 
@@ -183,9 +230,16 @@ async def post(invocation: Invocation) -> InvokeResult:
     plus :data:`CLIENT_GRACE_SECONDS`, so the gateway's own 504 normally arrives first.
 
     Raises:
-        CommandFailed: the gateway could not be reached or TLS failed (exit 6), or the
-            client-side deadline passed (exit 7).
+        CommandFailed: the URL is not https (exit 13: the bearer token is never sent in
+            plaintext, seed 000), the gateway could not be reached or TLS failed (exit 6),
+            or the client-side deadline passed (exit 7).
     """
+    try:
+        check_endpoint_url(invocation.url, source="the invoke URL")
+    except ValueError as exc:
+        raise CommandFailed(
+            ExitCode.SERVER_ERROR, f"refusing to send the bearer token: {exc}"
+        ) from None
     headers = {
         "Authorization": f"Bearer {invocation.token}",
         "Content-Type": "application/json",
@@ -198,9 +252,7 @@ async def post(invocation: Invocation) -> InvokeResult:
     extensions = {}
     if invocation.tls_server_name:
         extensions["sni_hostname"] = invocation.tls_server_name
-    verify: ssl.SSLContext | bool = (
-        _ssl_context(invocation.ca_bundle) if invocation.url.startswith("https:") else False
-    )
+    verify = _ssl_context(invocation.ca_bundle)
     deadline = (
         invocation.timeout_seconds
         if invocation.timeout_seconds is not None

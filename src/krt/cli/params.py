@@ -10,6 +10,7 @@ CLI lets through is not rejected later for a bound it could have checked.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -22,10 +23,12 @@ from krt.api.errors import DurationError
 from krt.api.limits import (
     DNS_SUBDOMAIN_MAX_CHARS,
     DNS_SUBDOMAIN_PATTERN,
+    ENV_ENTRY_OVERHEAD_BYTES,
     ENV_NAME_PATTERN,
     HANDLER_PATTERN,
     MAX_ENV,
     MAX_ENV_NAME_CHARS,
+    MAX_ENV_TOTAL_BYTES,
     MAX_ENV_VALUE_CHARS,
     MAX_HANDLER_CHARS,
     MAX_INLINE_SOURCE_CHARS,
@@ -42,24 +45,33 @@ class Duration(click.ParamType[float, Any]):
     """A Go duration (``90s``, ``5m``, ``1h30m``) converted to seconds (float).
 
     Args:
-        positive: reject ``0``.
+        positive: reject ``0`` (``--timeout``); ``--ttl`` and ``--backoff`` allow it, as
+            their API fields do.
+        max_seconds: the field's largest value in whole seconds (rounded up before the
+            check, as the manifest does), or None for Go's own maximum.
     """
 
     name = "duration"
 
-    def __init__(self, *, positive: bool = True) -> None:
+    def __init__(self, *, positive: bool = True, max_seconds: int | None = None) -> None:
         self.positive = positive
+        self.max_seconds = max_seconds
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
-        """Parse ``value``; a malformed or zero duration fails naming the flag."""
+        """Parse ``value``; a malformed, zero (if positive) or too long duration fails."""
         if isinstance(value, int | float):
             return float(value)
         try:
-            return parse_duration(str(value), positive=self.positive)
+            seconds = parse_duration(str(value), positive=self.positive)
         except DurationError as exc:
             self.fail(exc.detail, param, ctx)
+        if self.max_seconds is not None and math.ceil(seconds) > self.max_seconds:
+            self.fail(
+                f"{value!r} is longer than the limit of {self.max_seconds} seconds", param, ctx
+            )
+        return seconds
 
 
 class EnvVar(click.ParamType[tuple[str, str], Any]):
@@ -98,17 +110,27 @@ def check_env(pairs: tuple[tuple[str, str], ...], flag: str = "--env") -> list[d
     """Turn ``--env`` pairs into ``spec.env``; duplicates and too many entries are errors.
 
     Raises:
-        click.BadParameter: a name given twice, or more than ``MAX_ENV`` entries.
+        click.BadParameter: a name given twice, more than ``MAX_ENV`` entries, or more than
+            ``MAX_ENV_TOTAL_BYTES`` in all (UTF-8 name and value + 2 per variable, as the
+            CRD and the Runtime Servers count).
     """
     if len(pairs) > MAX_ENV:
         raise click.BadParameter(
             f"{len(pairs)} variables exceed the limit of {MAX_ENV}", param_hint=f"'{flag}'"
         )
     seen: set[str] = set()
-    for name, _ in pairs:
+    total = 0
+    for name, value in pairs:
         if name in seen:
             raise click.BadParameter(f"{name} is given twice", param_hint=f"'{flag}'")
         seen.add(name)
+        total += len(name.encode()) + len(value.encode()) + ENV_ENTRY_OVERHEAD_BYTES
+    if total > MAX_ENV_TOTAL_BYTES:
+        raise click.BadParameter(
+            f"the variables total {total} bytes, over the limit of {MAX_ENV_TOTAL_BYTES} "
+            f"(UTF-8 name and value + {ENV_ENTRY_OVERHEAD_BYTES} per variable)",
+            param_hint=f"'{flag}'",
+        )
     return [{"name": name, "value": value} for name, value in pairs]
 
 

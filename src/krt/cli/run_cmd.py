@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from krt.api.limits import MAX_ARG_CHARS, MAX_ARGS
+from krt.api.limits import MAX_ARG_CHARS, MAX_ARGS, MAX_TTL_SECONDS
 from krt.api.phases import Phase, WaitTarget, phase_of
 from krt.cli.connection import KubeTarget, kube_options, open_kube
 from krt.cli.exitcodes import ExitCode, epilog
@@ -81,15 +81,17 @@ def common_options(func: F) -> F:
             ),
             click.option(
                 "--backoff",
-                type=Duration(),
+                type=Duration(positive=False),
                 default=None,
-                help="Wait before the first retry, doubling after (retryPolicy.backoff), e.g. 1s.",
+                help="Wait before the first retry, doubling after (retryPolicy.backoff), e.g. 1s "
+                "(0s: retry at once).",
             ),
             click.option(
                 "--ttl",
-                type=Duration(),
+                type=Duration(positive=False, max_seconds=MAX_TTL_SECONDS),
                 default=None,
-                help="Delete the Run this long after it finished (ttlSecondsAfterFinished), e.g. 1h.",
+                help="Delete the Run this long after it finished (ttlSecondsAfterFinished), e.g. "
+                "1h (0s: at once).",
             ),
         ]
     ):

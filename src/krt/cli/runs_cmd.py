@@ -10,6 +10,7 @@ import click
 
 from krt.api.phases import Phase, WaitTarget, is_terminal, phase_of
 from krt.cli.connection import KubeTarget, kube_options, open_kube
+from krt.cli.deletion_waiting import DeletionProgress, wait_until_gone
 from krt.cli.describing import describe_run
 from krt.cli.exitcodes import ExitCode, epilog
 from krt.cli.failures import CommandFailed, exit_if_failed, report, run_async
@@ -18,7 +19,7 @@ from krt.cli.lookup import get_object, get_objects, list_objects, missing, not_i
 from krt.cli.params import Duration, output_option
 from krt.cli.printing import OutputFormat, render_objects
 from krt.cli.run_refs import run_name
-from krt.cli.waiting import Progress, time_limit, wait_for_deletion, wait_with_progress
+from krt.cli.waiting import Progress, time_limit, wait_with_progress
 from krt.kube.errors import ApiError, BadRequest, NotFound
 from krt.kube.resources import EVENTS, RUNS
 
@@ -356,8 +357,9 @@ def delete_cmd(
                 click.echo(f'run.kruntimes.io "{name}" deleted')
             if wait:
                 for name in deleted:
-                    with time_limit(timeout, f"Run {name} was not gone"):
-                        await wait_for_deletion(kube, kube.namespace, name)
+                    gone = DeletionProgress(name)
+                    with time_limit(timeout, f"Run {name} was not gone", progress=gone):
+                        await wait_until_gone(kube, kube.namespace, name, gone)
         return failures
 
     exit_if_failed(run_async(main))
@@ -372,7 +374,7 @@ WAIT_FORS = ("finished", "ready", "delete") + tuple(f"phase={p.value}" for p in 
 --for finished   until terminal; exit 0 if Succeeded, 1 if Failed/Timeout/Cancelled
 --for ready      until a function is Ready (exit 0), or terminal (exit 1)
 --for phase=P    until phase P (exit 0), or terminal in another phase (exit 1)
---for delete     until the Run is gone
+--for delete     until the Run is gone (exit 0 at once if it does not exist)
 \b
 Examples:
   krt wait my-run                          # --for finished
@@ -422,9 +424,16 @@ async def wait_run(
     """
     async with open_kube(target) as kube:
         if condition == "delete":
-            await get_object(kube, RUNS, name, kube.namespace)
-            with time_limit(limit, f"Run {name} was not gone"):
-                await wait_for_deletion(kube, kube.namespace, name)
+            # kubectl wait --for=delete: a Run that does not exist is gone (exit 0, silent)
+            try:
+                await kube.get(RUNS, name, kube.namespace)
+            except NotFound as exc:
+                if exc.details.get("name") != name:
+                    raise not_installed(RUNS) from exc
+                return ExitCode.OK
+            gone = DeletionProgress(name)
+            with time_limit(limit, f"Run {name} was not gone", progress=gone):
+                await wait_until_gone(kube, kube.namespace, name, gone)
             click.echo(f'run.kruntimes.io "{name}" deleted')
             return ExitCode.OK
         wanted: Phase | None = None

@@ -1,6 +1,7 @@
 """Follow one Run until a condition holds: a get, then a watch from its resourceVersion.
 
-Used by ``krt run --wait``, ``krt function create``, ``krt wait`` and ``krt delete --wait``.
+Used by ``krt run --wait``, ``krt function create``, ``krt wait`` and ``krt delete --wait``
+(the last two through :mod:`krt.cli.deletion_waiting` when waiting for a Run to be gone).
 The watch is narrowed to the one object (``fieldSelector=metadata.name=NAME``); a 410 Gone
 re-reads the object and watches again, a watch the server ended is resumed from the last
 resourceVersion, a broken connection is retried after a short pause. None of this has its own
@@ -16,7 +17,7 @@ import math
 import sys
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import aclosing, contextmanager
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import trio
 
@@ -115,17 +116,26 @@ def _notice(stream: TextIO | None, message: str) -> None:
     print(message, file=out, flush=True)
 
 
+class Summarizes(Protocol):
+    """A waiting display that can say where the wait stands (for the timeout message)."""
+
+    def summary(self) -> str:
+        """One line on why the wait has not ended, or ``""`` when nothing is known yet."""
+        ...
+
+
 @contextmanager
 def time_limit(
-    seconds: float | None, what: str, *, progress: Progress | None = None
+    seconds: float | None, what: str, *, progress: Summarizes | None = None
 ) -> Iterator[None]:
     """Bound the block to ``seconds`` (None: no bound); expiry is a :class:`CommandFailed`.
 
     Args:
         seconds: the limit (a command's ``--timeout``), or None.
         what: the message start for the timeout, e.g. ``Run x did not finish``.
-        progress: the waiting display; its last Run version says where the Run is stuck
-            (:func:`stuck_summary`), so the message tells why and what to do.
+        progress: the waiting display (:class:`Progress`, or a deletion wait's); its
+            :meth:`~Summarizes.summary` says where the Run is stuck (:func:`stuck_summary`),
+            so the message tells why and what to do.
 
     Raises:
         CommandFailed: exit code 7 when the time is up.
@@ -135,8 +145,9 @@ def time_limit(
     if scope.cancelled_caught:
         assert seconds is not None
         message = f"{what} within {format_duration(seconds)}"
-        if progress is not None and progress.last is not None:
-            message += f"; {stuck_summary(progress.last)}"
+        summary = progress.summary() if progress is not None else ""
+        if summary:
+            message += f"; {summary}"
         raise CommandFailed(ExitCode.TIMED_OUT, message)
 
 
@@ -233,16 +244,6 @@ async def wait_for_run(
     raise RunDeleted(f"Run {namespace}/{name} was deleted")  # pragma: no cover
 
 
-async def wait_for_deletion(kube: KubeClient, namespace: str, name: str) -> None:
-    """Return once the Run is gone (finalizers done)."""
-    try:
-        async with aclosing(follow_run(kube, namespace, name)) as versions:
-            async for _ in versions:
-                pass
-    except (RunDeleted, NotFound):
-        return
-
-
 def describe_progress(obj: Obj) -> str:
     """One short line: ``Running (attempt 2, pod runtime-python-abc)`` or the reason."""
     status = obj.get("status") or {}
@@ -286,6 +287,10 @@ class Progress:
         self._last_line = ""
         self._advised = ""
         self._drawn = False
+
+    def summary(self) -> str:
+        """Where the Run is stuck (:func:`stuck_summary` of the last version), or ``""``."""
+        return stuck_summary(self.last) if self.last is not None else ""
 
     def update(self, obj: Obj) -> None:
         """Record a new version of the Run (prints a line when not on a terminal)."""

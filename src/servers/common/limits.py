@@ -36,7 +36,9 @@ MAX_ERROR_TEXT_BYTES: Final = 4096
 CANCEL_GRACE_SECONDS: Final = 5.0
 #: environment bounds for Execute and RegisterFunction.
 MAX_ENV_ENTRIES: Final = 512
-MAX_ENV_BYTES: Final = 256 * 1024
+#: (the Run CRD admits at most ``MAX_ENV_BYTES`` minus what runtimed adds, counted alike:
+#: krt.api.limits.MAX_ENV_TOTAL_BYTES.)
+MAX_ENV_BYTES: Final = api_limits.RUNTIME_SERVER_MAX_ENV_BYTES
 #: (the outputs bounds are the Run outputs' own: krt.api.limits / krt.api.outputs.)
 #: invocation input accepted by a Runtime Server (the gateway's request body limit).
 MAX_INVOKE_INPUT_BYTES: Final = api_limits.MAX_INVOKE_INPUT_BYTES
