@@ -10,7 +10,9 @@ Per request: route (404/405), validate in the documented order without dispatchi
 the call's cancel scope is cancelled at once (by hypercorn's disconnect callback,
 :mod:`gateway.disconnects`, or by a task watching ``receive()``), which resets the gRPC
 stream, so runtimed and the Runtime Server see the cancellation and free the Run's
-invocation slot. Every response, success or error, carries ``X-Kruntime-Invocation-ID``.
+invocation slot. A later invoke of the same Run is not forwarded while such a cancellation
+is still unwinding here (:mod:`gateway.inflight`), so the reset reaches runtimed first.
+Every response, success or error, carries ``X-Kruntime-Invocation-ID``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import trio
 from gateway.disconnects import EXTENSION as DISCONNECT_EXTENSION
 from gateway.disconnects import DisconnectSignal
 from gateway.errors import HttpError
+from gateway.inflight import InFlightInvocations
 from gateway.invoke import Invoker, InvokeRequest, InvokeResult
 from gateway.logs import InvocationLog
 from gateway.mapping import OUTPUTS_HEADER
@@ -135,6 +138,8 @@ class GatewayApp:
         self._metrics = metrics
         self._default_timeout = default_timeout_seconds
         self._max_timeout = max_timeout_seconds
+        #: invocations dispatched and not finished, by Run (:mod:`gateway.inflight`)
+        self.in_flight = InFlightInvocations()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: lifespan, ``GET /healthz`` and the invoke route."""
@@ -263,12 +268,15 @@ class GatewayApp:
 
         With hypercorn's disconnect callback (:mod:`gateway.disconnects`) the call's cancel
         scope is cancelled by the disconnect itself; otherwise a task watches ``receive()``.
+        Either way the call is recorded in :attr:`in_flight` with that scope, and waits first
+        for an abandoned invocation of the same Run to finish unwinding
+        (:mod:`gateway.inflight`), so its reset reaches runtimed before this request.
         """
         if disconnect is not None:
             with trio.CancelScope() as scope:
                 disconnect.cancel_on_disconnect(scope)
                 try:
-                    return await self._invoker.invoke(request)
+                    return await self._invoke_in(scope, request)
                 finally:
                     disconnect.cancel_on_disconnect(None)
             raise ClientGoneError  # only a disconnect cancels this scope
@@ -286,7 +294,7 @@ class GatewayApp:
 
             nursery.start_soon(watch_disconnect)
             try:
-                result = await self._invoker.invoke(request)
+                result = await self._invoke_in(nursery.cancel_scope, request)
             except HttpError as exc:
                 error = exc
             nursery.cancel_scope.cancel()
@@ -296,6 +304,15 @@ class GatewayApp:
             raise error
         assert result is not None
         return result
+
+    async def _invoke_in(self, scope: trio.CancelScope, request: InvokeRequest) -> InvokeResult:
+        """One upstream call recorded in :attr:`in_flight` (``scope``: its disconnect scope)."""
+        await self.in_flight.wait_for_cancellations(request.ref)
+        entry = self.in_flight.enter(request.ref, scope)
+        try:
+            return await self._invoker.invoke(request)
+        finally:
+            self.in_flight.leave(entry)
 
     @staticmethod
     async def _send_error(

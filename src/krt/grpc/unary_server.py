@@ -34,6 +34,7 @@ exceptions INTERNAL, and status messages are bounded (:mod:`krt.grpc.status_mess
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import math
 from collections.abc import Mapping
@@ -65,12 +66,29 @@ from krt.grpc.header_checks import check_request_headers
 from krt.grpc.hpack_encoding import LiteralHpackEncoder, install_decoder
 from krt.grpc.status_messages import bounded, describe, status_for_error
 
-__all__ = ["UnaryConnection"]
+__all__ = ["UnaryConnection", "current_call_scope"]
 
 log = logging.getLogger("krt.grpc.server")
 
 _READ_CHUNK: Final = 65536
 _PROTO: Final = "+proto"
+
+_CALL_SCOPE: Final[contextvars.ContextVar[trio.CancelScope | None]] = contextvars.ContextVar(
+    "krt_grpc_call_scope", default=None
+)
+
+
+def current_call_scope() -> trio.CancelScope | None:
+    """The cancel scope of the unary call the current task serves, or ``None`` outside one.
+
+    Its ``cancel_called`` turns true synchronously in the connection's read loop, before any
+    later frame of the connection is processed, when the client resets the call's stream or
+    the connection ends (and when ``grpc-timeout`` passes). A method holding a per-Run
+    resource records it, so a later call can tell a holder being cancelled (it lets go within
+    a scheduler pass or two) from a live one (issue 8: a caller that disconnects frees the
+    slot, and the next invoke succeeds at once).
+    """
+    return _CALL_SCOPE.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +205,9 @@ class UnaryConnection:
                     await self._read(nursery)
                 finally:
                     # the peer closed the connection (or broke it): no call on it can be
-                    # answered
+                    # answered; each call's own scope too, so current_call_scope() shows it
+                    for call in self._calls.values():
+                        call.scope.cancel()
                     nursery.cancel_scope.cancel()
         finally:
             self._fd = None  # the caller closes the socket next
@@ -282,6 +302,7 @@ class UnaryConnection:
         self._calls[request.stream_id] = _Call(request, method, timeout=timeout, deadline=deadline)
 
     async def _run_call(self, stream_id: int, call: _Call) -> None:
+        _CALL_SCOPE.set(call.scope)  # this task's own context: no reset needed
         try:
             await self._run_call_in_scope(stream_id, call)
         except Exception as exc:  # one broken stream must not drop the connection's other calls

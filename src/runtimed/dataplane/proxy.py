@@ -31,7 +31,10 @@ private registration ID is cleared from the response: the gateway never sees it.
 Cancellation: the connection handler (:mod:`runtimed.dataplane.server`) cancels the call
 when the caller resets its stream or disconnects; the outgoing call then resets its own
 stream (:mod:`runtimed.dataplane.channels`) and the slot is freed as the ``with`` block
-unwinds. RegisterFunction, FunctionStatus and UnregisterFunction are PERMISSION_DENIED here:
+unwinds. A request read together with that reset (one read: the next invoke right after a
+client disconnected) waits for the release instead of getting 429, and a forward to the
+owner waits for a cancelled forward of the same Run to send its reset first
+(:mod:`runtimed.dataplane.slots`). RegisterFunction, FunctionStatus and UnregisterFunction are PERMISSION_DENIED here:
 only the gateway's invoke is public.
 
 Every log line of an invocation carries ``runtime``, ``namespace``, ``run_uid`` and
@@ -55,6 +58,7 @@ from google.protobuf.message import DecodeError
 from krt.api import limits
 from krt.api.invoke_headers import NAMESPACE_METADATA, RUNTIME_METADATA
 from krt.grpc.client import ConnectionLostError, GrpcStatusError, Metadata
+from krt.grpc.unary_server import current_call_scope
 from krt.kube.clock import Clock, SystemClock
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
@@ -270,7 +274,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         self.server = server
         self.peers = peers
         self.metrics = metrics or DataplaneMetrics()
-        self.slots = slots or InvocationSlots()
+        self.slots = slots if slots is not None else InvocationSlots()
         self.clock = clock or SystemClock()
         #: The bound Service port, once listening (set by ``serve_dataplane``).
         self.port = 0
@@ -437,30 +441,15 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         return max(0.001, deadline - trio.current_time())
 
     async def _call_local(self, decision: Local, message: Any, deadline: float) -> Any:
-        forward = pb.InvokeFunctionRequest()
-        forward.CopyFrom(message)
-        forward.registration.registration_id = decision.registration_id
-        remaining = self._remaining(deadline)
-        if decision.run.expires_at is not None:
-            lifetime = decision.run.expires_at - self.clock.now().timestamp()
-            if lifetime <= 0:
-                raise _Reject(
-                    purerpc.StatusCode.FAILED_PRECONDITION,
-                    "the Run's lifetime (spec.timeout) has ended; it is terminating",
-                )
-            remaining = lifetime if remaining is None else min(remaining, lifetime)
-        if remaining is not None:
-            # seed 002: timeout_millis is bounded by the Run lifetime and the caller's deadline
-            budget = max(1, int(remaining * 1000))
-            requested = int(message.timeout_millis)
-            forward.timeout_millis = min(requested, budget) if requested > 0 else budget
         try:
-            with self.slots.claim(decision.run.uid):
+            async with self.slots.claim(decision.run.uid, call=current_call_scope()):
+                # after the claim: a wait for a cancelled holder's release counts against it
+                request, remaining = self._local_request(decision, message, deadline)
                 payload = await self.server.unary_call(
                     self.identity.server_host,
                     self.identity.server_port,
                     "InvokeFunction",
-                    forward.SerializeToString(),
+                    request,
                     timeout_seconds=remaining,
                 )
         except Busy as exc:
@@ -482,6 +471,37 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
                 f"the connection to the local Runtime Server failed: {exc}",
             ) from None
         return _response(payload, message)
+
+    def _local_request(
+        self, decision: Local, message: Any, deadline: float
+    ) -> tuple[bytes, float | None]:
+        """The Runtime Server's request: the private registration ID, a bounded timeout.
+
+        Returns:
+            The serialized request and the call's deadline from now (seconds; ``None``:
+            unbounded).
+
+        Raises:
+            _Reject: FAILED_PRECONDITION once the Run's lifetime has ended.
+        """
+        forward = pb.InvokeFunctionRequest()
+        forward.CopyFrom(message)
+        forward.registration.registration_id = decision.registration_id
+        remaining = self._remaining(deadline)
+        if decision.run.expires_at is not None:
+            lifetime = decision.run.expires_at - self.clock.now().timestamp()
+            if lifetime <= 0:
+                raise _Reject(
+                    purerpc.StatusCode.FAILED_PRECONDITION,
+                    "the Run's lifetime (spec.timeout) has ended; it is terminating",
+                )
+            remaining = lifetime if remaining is None else min(remaining, lifetime)
+        if remaining is not None:
+            # seed 002: timeout_millis is bounded by the Run lifetime and the caller's deadline
+            budget = max(1, int(remaining * 1000))
+            requested = int(message.timeout_millis)
+            forward.timeout_millis = min(requested, budget) if requested > 0 else budget
+        return bytes(forward.SerializeToString()), remaining
 
     async def _call_owner(
         self,
@@ -507,14 +527,16 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         forwarded += [(name, value) for name, value in metadata if name in _FORWARDED]
         self.metrics.hop("out")
         try:
-            payload = await self.peers.unary_call(
-                decision.host,
-                decision.port,
-                "InvokeFunction",
-                message.SerializeToString(),
-                metadata=forwarded,
-                timeout_seconds=self._remaining(deadline),
-            )
+            # never ahead of the RST_STREAM of a cancelled forward of this Run (slots.py)
+            async with self.slots.passage(decision.run.uid, call=current_call_scope()):
+                payload = await self.peers.unary_call(
+                    decision.host,
+                    decision.port,
+                    "InvokeFunction",
+                    message.SerializeToString(),
+                    metadata=forwarded,
+                    timeout_seconds=self._remaining(deadline),
+                )
         except GrpcStatusError as exc:
             raise _Reject(_status_code(exc.code), exc.message) from None
         except ConnectFailed as exc:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import trio
 
+from krt.grpc.unary_server import current_call_scope
 from servers.common import limits
 from servers.common.adapter import (
     FunctionAdapter,
@@ -58,6 +59,8 @@ log = logging.getLogger("servers.functions")
 
 #: how long stopping one worker may take before we stop waiting (seconds).
 _WORKER_CLOSE_SECONDS = 5.0
+#: longest wait for a cancelled in-flight invocation to free the Run's slot (seconds).
+RELEASE_WAIT_SECONDS = 1.0
 
 
 def new_registration_id() -> RegistrationID:
@@ -120,6 +123,8 @@ class _Live:
     settled: trio.Event = field(default_factory=trio.Event)
     start_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     invoke_scope: trio.CancelScope | None = None
+    #: the gRPC call of the in-flight invocation (``current_call_scope()``), if any.
+    call_scope: trio.CancelScope | None = None
     #: set whenever no invocation is in flight.
     idle: trio.Event = field(default_factory=trio.Event)
     #: set once the worker is closed and local state removed.
@@ -321,9 +326,10 @@ class FunctionService:
             if req.timeout_millis
             else limits.DEFAULT_INVOKE_TIMEOUT_SECONDS
         )
-        reg = self.table.begin_invocation(req.run_uid, req.registration_id, invocation_id)
+        reg = await self._admit(req, invocation_id)
         live = self._live[reg.registration_id]
         live.idle = trio.Event()
+        live.call_scope = current_call_scope()
         fields = {"run_uid": reg.run_uid, "invocation_id": invocation_id}
         start = trio.current_time()
         answered = False
@@ -364,6 +370,7 @@ class FunctionService:
             raise
         finally:
             live.invoke_scope = None
+            live.call_scope = None
             self.table.end_invocation(reg.registration_id)
             live.idle.set()
             if not answered:
@@ -376,6 +383,34 @@ class FunctionService:
                 extra={**fields, "duration_ms": round((trio.current_time() - start) * 1000, 3)},
             )
         return invocation_id, result
+
+    async def _admit(self, req: InvokeRequest, invocation_id: str) -> Registration:
+        """Take the Run's one in-flight slot (``RegistrationTable.begin_invocation``).
+
+        When the slot is held by an invocation whose gRPC call was cancelled (its caller
+        reset the stream or went away: recorded when the reset was read, before this
+        request), that invocation is unwinding and frees the slot within a scheduler pass
+        or two; this waits for it (at most :data:`RELEASE_WAIT_SECONDS`) instead of
+        answering RESOURCE_EXHAUSTED. Issue 8: the next invoke after a caller disconnected
+        succeeds at once, even when the reset and the next request arrive in one read.
+
+        Raises:
+            ContractError: as ``begin_invocation``; RESOURCE_EXHAUSTED at once when the
+                in-flight invocation's call is live (a genuine overlap, no queue).
+        """
+        try:
+            return self.table.begin_invocation(req.run_uid, req.registration_id, invocation_id)
+        except ContractError as exc:
+            if exc.code is not Code.RESOURCE_EXHAUSTED:
+                raise
+            reg = self.table.resolve(req.run_uid, req.registration_id)
+            live = self._live.get(reg.registration_id)
+            holder = None if live is None else live.call_scope
+            if live is None or holder is None or not holder.cancel_called:
+                raise
+            with trio.move_on_after(RELEASE_WAIT_SECONDS):
+                await live.idle.wait()
+        return self.table.begin_invocation(req.run_uid, req.registration_id, invocation_id)
 
     @staticmethod
     async def _reap_stopped(live: _Live) -> None:
