@@ -9,10 +9,25 @@ import pytest
 import trio
 
 from krt.kube.client import Kube, connect
+from krt.kube.clock import TrioLinkedClock
 from krt.kube.resources import NAMESPACES
 from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster
 
+from .builders import NOW
+from .fakekube import FakeKube
 from .harness import NS, HeartbeatDouble, install_crds, write_image_table
+
+
+@pytest.fixture
+def clock() -> TrioLinkedClock:
+    """Wall clock = NOW + trio time (virtual under autojump_clock)."""
+    return TrioLinkedClock(epoch=NOW)
+
+
+@pytest.fixture
+def fake(clock: TrioLinkedClock) -> FakeKube:
+    """An empty in-memory API."""
+    return FakeKube(clock)
 
 
 @pytest.fixture

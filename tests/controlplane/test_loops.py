@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, cast
 
-import pytest
 import trio
 
 from krt.api.constants import RUNTIME_LABEL
@@ -24,22 +23,10 @@ from krt.kube.client import Kube
 from krt.kube.clock import TrioLinkedClock, format_micro_time
 from krt.kube.resources import DEPLOYMENTS, LEASES, PODS, RUNS, RUNTIMES, SERVICES, ResourceRef
 
-from .builders import NOW, run_dict, runtime_dict
+from .builders import run_dict, runtime_dict
 from .fakekube import FakeKube
 
 NS = "demo"
-
-
-@pytest.fixture
-def clock() -> TrioLinkedClock:
-    """Wall clock = NOW + trio time (virtual under autojump_clock)."""
-    return TrioLinkedClock(epoch=NOW)
-
-
-@pytest.fixture
-def fake(clock: TrioLinkedClock) -> FakeKube:
-    """An empty in-memory API."""
-    return FakeKube(clock)
 
 
 async def add_pod(fake: FakeKube, name: str, *, runtime: str = "python") -> dict[str, Any]:

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
 import trio
 
 from krt.kube.clock import TrioLinkedClock
 from krt.kube.resources import PODS, RUNS, RUNTIMES
 
-from .builders import NOW, runtime_dict
+from .builders import runtime_dict
 from .fakekube import FakeKube
 from .test_loops import NS, add_pod, add_run, beat, phase, plane, set_status, until
-
-
-@pytest.fixture
-def clock() -> TrioLinkedClock:
-    """Wall clock = NOW + trio time (virtual under autojump_clock)."""
-    return TrioLinkedClock(epoch=NOW)
-
-
-@pytest.fixture
-def fake(clock: TrioLinkedClock) -> FakeKube:
-    """An empty in-memory API."""
-    return FakeKube(clock)
 
 
 async def test_live_assignments_are_not_queued_and_a_lost_pod_still_is(

@@ -20,21 +20,9 @@ from krt.kube.clock import TrioLinkedClock
 from krt.kube.errors import ServerError
 from krt.kube.resources import PODS, RUNS, RUNTIMES, ResourceRef
 
-from .builders import NOW, runtime_dict
+from .builders import runtime_dict
 from .fakekube import FakeKube
 from .test_loops import NS, add_pod, add_run, phase, plane, set_status, until
-
-
-@pytest.fixture
-def clock() -> TrioLinkedClock:
-    """Wall clock = NOW + trio time (virtual under autojump_clock)."""
-    return TrioLinkedClock(epoch=NOW)
-
-
-@pytest.fixture
-def fake(clock: TrioLinkedClock) -> FakeKube:
-    """An empty in-memory API."""
-    return FakeKube(clock)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 from krt.api.phases import Phase
@@ -28,23 +27,11 @@ from runtimed.sources import Workspace
 from runtimed.task_decisions import ExecState, ServerView
 from runtimed.tasks import KubeStatusWriter, TaskLifecycle, TaskTimings
 
-from .builders import NOW, runtime_dict
+from .builders import runtime_dict
 from .fakekube import FakeKube
 from .test_loops import NS, add_pod, add_run, beat, plane, set_status, until
 
 LEASE_SECONDS = 40  # what test_loops.beat writes
-
-
-@pytest.fixture
-def clock() -> TrioLinkedClock:
-    """Wall clock = NOW + trio time (virtual under autojump_clock)."""
-    return TrioLinkedClock(epoch=NOW)
-
-
-@pytest.fixture
-def fake(clock: TrioLinkedClock) -> FakeKube:
-    """An empty in-memory API."""
-    return FakeKube(clock)
 
 
 def status_of(fake: FakeKube, name: str) -> dict[str, Any]:
