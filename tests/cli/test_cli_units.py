@@ -96,6 +96,30 @@ def test_failure_message_is_one_line_with_reason_advice_and_invocation_id() -> N
     assert failure.message.endswith("[invocation inv-1]")
 
 
+@pytest.mark.parametrize(
+    ("message", "advice"),
+    [
+        ("ValueError: boom", "the function's handler raised; what it printed: krt logs fn"),
+        ("OutputTooLarge: the JSON output is 1048596 bytes", "more than the 1 MiB invoke output"),
+        ("InvalidOutputs: key 'bad key!'", "outputs break the output rules"),
+    ],
+)
+def test_handler_errors_that_are_not_a_raise_say_so(message: str, advice: str) -> None:
+    result = InvokeResult(
+        status=500,
+        body=b"",
+        invocation_id=None,
+        outputs=None,
+        latency_seconds=0.01,
+        error={"code": 500, "reason": "HandlerError", "message": message},
+    )
+    failure = failure_for(result, name="fn")
+    assert failure.code is ExitCode.HANDLER_ERROR
+    assert advice in failure.message
+    if not message.startswith("ValueError"):
+        assert "raised" not in failure.message
+
+
 # -- tables --------------------------------------------------------------------------------
 
 

@@ -393,6 +393,20 @@ _ADVICE: Final[dict[int, str]] = {
 }
 
 
+#: HandlerError messages that are not the handler raising, by their leading error type.
+_HANDLER_RESULT_ADVICE: dict[str, str] = {
+    "OutputTooLarge": "the handler returned more than the 1 MiB invoke output limit",
+    "InvalidOutputs": "the handler's outputs break the output rules (key, count or size)",
+}
+
+
+def _handler_advice(message: str, name: str) -> str:
+    kind = message.split(":", 1)[0].strip()
+    return _HANDLER_RESULT_ADVICE.get(
+        kind, f"the function's handler raised; what it printed: krt logs {name or 'NAME'}"
+    )
+
+
 def failure_for(result: InvokeResult, *, name: str = "") -> CommandFailed:
     """The exit code and one-line message for a non-200 answer.
 
@@ -412,7 +426,7 @@ def failure_for(result: InvokeResult, *, name: str = "") -> CommandFailed:
     advice = _ADVICE.get(result.status)
     if result.status == 500:
         advice = (
-            f"the function's handler raised; what it printed: krt logs {name or 'NAME'}"
+            _handler_advice(message, name)
             if code is ExitCode.HANDLER_ERROR
             else "the gateway or runtime failed; see the gateway and runtimed logs"
         )
