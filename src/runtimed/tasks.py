@@ -1081,7 +1081,15 @@ class TaskLifecycle:
                     continue
                 fields = {"run_uid": local.uid, "attempt": attempt, "run": local.key}
                 self._log_lines(local, fields, server, final=False)
-                if sum(local.log_progress(attempt).values()) > logged:
+                now_logged = sum(local.log_progress(attempt).values())
+                if logged < FOLLOW_MAX_CHARS <= now_logged:
+                    # say so in the stream a follower reads, or `krt logs -f` looks stuck
+                    task_log.info(
+                        "live output paused after %d KiB; the rest is logged when the task ends",
+                        FOLLOW_MAX_CHARS // 1024,
+                        extra={**fields, "stream": "stderr"},
+                    )
+                if now_logged > logged:
                     local.follow_delay = period  # it prints: keep reading at the fast pace
                     local.follow_at = 0.0
 

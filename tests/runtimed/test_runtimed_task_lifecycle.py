@@ -645,6 +645,34 @@ async def test_logged_output_is_bounded_per_stream_and_attempt(
         ]
 
 
+async def test_live_following_says_when_it_pauses(
+    tmp_path: Path,
+    clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past FOLLOW_MAX_CHARS the follower stops; one stderr line says so, then the rest comes
+    at the end."""
+    monkeypatch.setattr(tasks_module, "FOLLOW_MAX_CHARS", 4)
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=10.0, stdout="one\ntwo\nthree\n")
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.server.executions[uid].stdout = "one\ntwo\n"
+        await trio.sleep(3)
+        paused = ("stderr", "live output paused after 0 KiB; the rest is logged when the task ends")
+        assert [(s, line) for s, line, _ in _logged(caplog, uid)] == [
+            ("stdout", "one"),
+            ("stdout", "two"),
+            paused,
+        ]
+        await h.wait_phase(key, "Succeeded", "Failed")
+        lines = [(s, line) for s, line, _ in _logged(caplog, uid)]
+        assert lines == [("stdout", "one"), ("stdout", "two"), paused, ("stdout", "three")]
+
+
 async def test_following_a_silent_task_backs_off(
     tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
