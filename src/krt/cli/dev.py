@@ -294,16 +294,10 @@ def _child_error(output: str) -> str:
 
 def _startup_cause(exc: BaseException) -> BaseException | None:
     """The first OSError or image-table error in ``exc`` (groups searched depth first)."""
+    from krt.cli.failures import first_leaf
     from localkube.images import ImageTableError
 
-    if isinstance(exc, (ImageTableError, OSError)):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _startup_cause(inner)
-            if found is not None:
-                return found
-    return None
+    return first_leaf(exc, (ImageTableError, OSError))
 
 
 def _progress(line: str) -> None:

@@ -144,7 +144,7 @@ def run_async(main: Callable[[], Awaitable[T]]) -> T:
     try:
         return trio.run(main)
     except BaseException as exc:  # noqa: BLE001 - every exit path prints one line
-        leaf = _expected_leaf(exc)
+        leaf = first_leaf(exc, _EXPECTED)
         if leaf is None:
             raise
         code, message = _classify(leaf)
@@ -160,13 +160,26 @@ CONFIG_ADVICE = (
 )
 
 
-def _expected_leaf(exc: BaseException) -> BaseException | None:
-    """The expected error inside ``exc`` (a nursery wraps errors in exception groups)."""
-    if isinstance(exc, _EXPECTED):
+def first_leaf(
+    exc: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """The first error of ``types`` in ``exc``, searching exception groups depth first.
+
+    A trio nursery wraps what its tasks raise in exception groups, so a command that runs one
+    finds its failure here.
+
+    Args:
+        exc: what a ``trio.run`` raised.
+        types: the error types wanted (as for ``isinstance``).
+
+    Returns:
+        The error, or None when ``exc`` holds none of ``types``.
+    """
+    if isinstance(exc, types):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            leaf = _expected_leaf(inner)
+            leaf = first_leaf(inner, types)
             if leaf is not None:
                 return leaf
     return None
