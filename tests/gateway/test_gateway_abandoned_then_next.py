@@ -12,12 +12,10 @@ once (runtimed answers 429).
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
 import trio
-import trio._core._run as trio_run
 import trio.testing
 from conftest import PATH
 
@@ -27,35 +25,11 @@ from gateway.inflight import InFlightInvocations
 from gateway.invoke import InvokeRequest, InvokeResult
 from gateway.metrics import GatewayMetrics
 from krt.api.endpoint import FunctionEndpointRef
+from tests import trio_batch_order
+
+batch_order = trio_batch_order.batch_order  # the fixture, one order per run
 
 HEADERS = [(b"authorization", b"Bearer tok"), (b"content-type", b"application/json")]
-
-
-class _FixedOrder(random.Random):
-    """trio's scheduler randomness, fixed: every batch reversed (``value`` < 0.5) or not.
-
-    trio reverses a batch when ``random()`` < 0.5; under pytest-trio (deterministic mode,
-    with Hypothesis installed) it sorts the batch by task creation and ``shuffle``s it.
-    """
-
-    def __init__(self, value: float) -> None:
-        super().__init__(0)
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
-
-    def shuffle(self, x: list[object]) -> None:  # type: ignore[override]
-        if self.value < 0.5:
-            x.reverse()
-
-
-@pytest.fixture(params=[0.0, 0.99], ids=["oldest-task-first", "newest-task-first"])
-def batch_order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> float:
-    """Pin the order in which trio runs the tasks of one scheduler batch."""
-    value = float(request.param)
-    monkeypatch.setattr(trio_run, "_r", _FixedOrder(value))
-    return value
 
 
 class OrderedUpstream:

@@ -9,48 +9,21 @@ free the slot), while a live invocation still gets RESOURCE_EXHAUSTED at once.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
-import pytest
 import test_function_service as base
 import trio
-import trio._core._run as trio_run
 
 from krt.grpc import unary_server
 from servers.common.errors import Code, ContractError
 from servers.common.functions import FunctionService
+from tests import trio_batch_order
+
+batch_order = trio_batch_order.batch_order  # the fixture, one order per run
 
 service = base.service  # the fixture: a FunctionService over the fake adapter
 invoke_request = base.invoke_request
 request = base.request
-
-
-class _FixedOrder(random.Random):
-    """trio's scheduler randomness, fixed: every batch reversed (``value`` < 0.5) or not.
-
-    trio reverses a batch when ``random()`` < 0.5; under pytest-trio (deterministic mode,
-    with Hypothesis installed) it sorts the batch by task creation and ``shuffle``s it.
-    """
-
-    def __init__(self, value: float) -> None:
-        super().__init__(0)
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
-
-    def shuffle(self, x: list[object]) -> None:  # type: ignore[override]
-        if self.value < 0.5:
-            x.reverse()
-
-
-@pytest.fixture(params=[0.0, 0.99], ids=["oldest-task-first", "newest-task-first"])
-def batch_order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> float:
-    """Pin the order in which trio runs the tasks of one scheduler batch."""
-    value = float(request.param)
-    monkeypatch.setattr(trio_run, "_r", _FixedOrder(value))
-    return value
 
 
 async def serve_call(

@@ -12,7 +12,6 @@ the new invoke must be admitted (OK), never refused with RESOURCE_EXHAUSTED.
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,6 @@ import h2.errors
 import h2.events
 import pytest
 import trio
-import trio._core._run as trio_run
 from dp_harness import (
     UID,
     Node,
@@ -39,33 +37,9 @@ from dp_objects import function_run, runtime_pod
 
 from krt.grpc.client import ConnectionLostError
 from krt.proto.executor.v1 import runtime_pb2 as pb
+from tests import trio_batch_order
 
-
-class _FixedOrder(random.Random):
-    """trio's scheduler randomness, fixed: every batch reversed (``value`` < 0.5) or not.
-
-    trio reverses a batch when ``random()`` < 0.5; under pytest-trio (deterministic mode,
-    with Hypothesis installed) it sorts the batch by task creation and ``shuffle``s it.
-    """
-
-    def __init__(self, value: float) -> None:
-        super().__init__(0)
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
-
-    def shuffle(self, x: list[object]) -> None:  # type: ignore[override]
-        if self.value < 0.5:
-            x.reverse()
-
-
-@pytest.fixture(params=[0.0, 0.99], ids=["oldest-task-first", "newest-task-first"])
-def batch_order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> float:
-    """Pin the order in which trio runs the tasks of one scheduler batch."""
-    value = float(request.param)
-    monkeypatch.setattr(trio_run, "_r", _FixedOrder(value))
-    return value
+batch_order = trio_batch_order.batch_order  # the fixture, one order per run
 
 
 @dataclass
