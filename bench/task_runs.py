@@ -66,6 +66,7 @@ from runtimed_cluster import (  # noqa: E402
 
 from krt.api.naming import RUNTIMED_HTTP_PORT  # noqa: E402
 from krt.api.times import parse_time  # noqa: E402
+from krt.gc_tuning import freeze_startup_heap  # noqa: E402
 from krt.kube.informer import Informer, InformerEvent  # noqa: E402
 from krt.kube.resources import RUNS, RUNTIMES  # noqa: E402
 
@@ -104,6 +105,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             Path(tmp) / "state", controlplane_process=not args.inprocess_controlplane
         ) as cluster:
             kube = cluster.kube
+            freeze_startup_heap()  # as `localkube apiserver` and `krt dev up` do once serving
             await kube.create(
                 RUNTIMES,
                 runtime_manifest("bash", kind="bash", replicas=args.pods, runs=args.capacity),

@@ -36,6 +36,7 @@ from gateway.targets import (
 )
 from krt import logs
 from krt.api.naming import RUNTIMED_GRPC_PORT
+from krt.gc_tuning import freeze_startup_heap
 
 log = logging.getLogger("gateway.main")
 
@@ -212,6 +213,7 @@ def main(
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     log.info("starting", extra={"bind": bind, "metrics": metrics_addr, "pid": os.getpid()})
+    freeze_startup_heap()
     trio.run(run, config)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 import trio
 
+from krt.gc_tuning import freeze_startup_heap
 from localkube.apiserver import ApiServerConfig, ApiServerHandle, serve_apiserver
 from localkube.storage import StoreError
 
@@ -30,6 +31,7 @@ async def _run_until_signal(config: ApiServerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             handle: ApiServerHandle = await nursery.start(serve_apiserver, config)
+            freeze_startup_heap()  # the store is loaded and the schemas compiled
             click.echo(f"localkube API server listening on {handle.url}", err=True)
             click.echo(f"export KUBECONFIG={handle.kubeconfig_path}")
             async for signum in signals:

@@ -27,6 +27,7 @@ import click
 import trio
 
 from krt import logs
+from krt.gc_tuning import freeze_startup_heap
 from runtimed.daemon import DaemonConfig, serve_daemon
 from runtimed.dataplane.app import DataplaneSettings
 from runtimed.dataplane.peer import PeerTLSError, load_peer_tls, peer_tls_present
@@ -270,6 +271,7 @@ def main(
         ),
         functions=functions,
     )
+    freeze_startup_heap()
     trio.run(_run_until_signal, config)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 
+from krt.gc_tuning import freeze_startup_heap
 from krt.kube.http11_errors import describe_failure
 
 DEFAULT_STATE_DIR = Path("~/.krt/dev")
@@ -247,6 +248,7 @@ def _up_foreground(
                 handle: ClusterHandle = await nursery.start(
                     serve_cluster, ClusterConfig(state_dir=state, port=port, images_file=images)
                 )
+                freeze_startup_heap()  # the cluster's long-lived state exists now
                 _print_access(state, handle.apiserver.url, str(handle.apiserver.kubeconfig_path))
                 sys.stdout.flush()
                 if wait_seconds is not None:

@@ -18,6 +18,7 @@ import trio
 from krt import logs
 from krt.controlplane.app import ControlPlaneConfig, default_identity, serve_controlplane
 from krt.controlplane.runtime_resources import RuntimedWiring
+from krt.gc_tuning import freeze_startup_heap
 from krt.kube.client import DEFAULT_SERVICEACCOUNT_DIR, connect
 
 #: Libraries that log every request at INFO (httpx: one line per API call) or raw frames at
@@ -175,6 +176,7 @@ def main(
         resync_seconds=resync_seconds,
         runtimed=wiring,
     )
+    freeze_startup_heap()
     trio.run(_main, kubeconfig, context, config)
 
 

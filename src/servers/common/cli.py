@@ -18,6 +18,7 @@ import click
 import trio
 
 from krt import logs
+from krt.gc_tuning import freeze_startup_heap
 from servers.common.adapter import FunctionAdapter
 from servers.common.app import serve
 
@@ -115,6 +116,7 @@ def build_command(adapter_factory: Callable[[], FunctionAdapter], *, prog: str) 
         )
         adapter = adapter_factory()
         try:
+            freeze_startup_heap()
             trio.run(_serve_until_signal, adapter, host, port, work_dir.resolve())
         except* OSError as group:
             first = group.exceptions[0]
