@@ -22,8 +22,9 @@ import hpack
 import pytest
 import trio
 
+from krt.grpc import header_checks
 from krt.grpc.client import GrpcConnection
-from krt.grpc.header_checks import check_request_headers, outbound_metadata
+from krt.grpc.header_checks import RequestHeaderChecks, check_request_headers, outbound_metadata
 from krt.grpc.server import CallHandler
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
@@ -119,6 +120,44 @@ def test_request_checks_agree_with_h2_on_every_case(trailers: bool) -> None:
     # both outcomes are exercised
     verdicts = {_our_verdict(case, trailers=trailers) for case in cases}
     assert verdicts == {None, "refused"}
+
+
+@pytest.mark.parametrize("trailers", [False, True])
+def test_remembered_checks_give_the_same_verdicts_on_every_case(trailers: bool) -> None:
+    """Each case twice through one checker: a remembered block never changes a verdict."""
+    checker = RequestHeaderChecks()
+    for case in _variants() * 2:
+        try:
+            checker.check(case, trailers=trailers)
+            ours = None
+        except h2.exceptions.ProtocolError:
+            ours = "refused"
+        assert ours == _our_verdict(case, trailers=trailers), case
+
+
+def test_a_passed_block_is_checked_once_unless_it_carries_a_credential(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checked: list[object] = []
+
+    def counting(headers: Any, *, trailers: bool) -> None:
+        checked.append(headers)
+        check_request_headers(headers, trailers=trailers)
+
+    monkeypatch.setattr(header_checks, "check_request_headers", counting)
+    checker = RequestHeaderChecks()
+    plain = [h for h in GOOD_REQUEST if h[0] != "authorization"]
+    for _ in range(3):
+        checker.check(list(plain), trailers=False)
+        checker.check(list(GOOD_REQUEST), trailers=False)  # a bearer token: every time
+    assert len(checked) == 4
+    with pytest.raises(h2.exceptions.ProtocolError):
+        checker.check([("x-trailer", "1")], trailers=False)  # refused: never remembered
+    with pytest.raises(h2.exceptions.ProtocolError):
+        checker.check([("x-trailer", "1")], trailers=False)
+    for n in range(header_checks.MAX_REMEMBERED_BLOCKS + 1):  # bounded: emptied when full
+        checker.check([*plain, ("x-n", str(n))], trailers=False)
+    assert len(checker._passed) <= header_checks.MAX_REMEMBERED_BLOCKS
 
 
 def test_an_empty_header_name_is_refused() -> None:

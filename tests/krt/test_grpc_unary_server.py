@@ -18,10 +18,13 @@ import h2.events
 import purerpc
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
+from krt.grpc import direct_writes, unary_server
 from krt.grpc.client import GrpcConnection, GrpcStatusError
 from krt.grpc.server import CallHandler
+from krt.grpc.unary_server import runs_inline
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
 
@@ -39,6 +42,17 @@ class Echo(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         return pb.InvokeFunctionResponse(invocation_id=message.invocation_id, output=output)
 
 
+def request_headers(method: str) -> list[tuple[str, str]]:
+    return [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", f"/{SERVICE}/{method}"),
+        (":authority", "test"),
+        ("te", "trailers"),
+        ("content-type", "application/grpc+proto"),
+    ]
+
+
 def frame(message: bytes) -> bytes:
     return b"\0" + len(message).to_bytes(4, "big") + message
 
@@ -50,6 +64,8 @@ class RawClient:
         self.stream = stream
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.h2.initiate_connection()
+        #: (event type name, whether it ended the stream) of each response header block
+        self.header_blocks: list[tuple[str, bool]] = []
 
     async def flush(self) -> None:
         await self.stream.send_all(self.h2.data_to_send())
@@ -64,14 +80,7 @@ class RawClient:
     ) -> tuple[bytes, dict[str, str]]:
         """Send one request (any number of messages) and read the whole answer."""
         stream_id = self.h2.get_next_available_stream_id()
-        headers = [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", f"/{SERVICE}/{method}"),
-            (":authority", "test"),
-            ("te", "trailers"),
-            ("content-type", "application/grpc+proto"),
-        ]
+        headers = request_headers(method)
         if grpc_timeout is not None:
             headers.append(("grpc-timeout", grpc_timeout))
         self.h2.send_headers(stream_id, headers)
@@ -91,6 +100,9 @@ class RawClient:
                     if acknowledge:
                         self.h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
                 elif isinstance(event, h2.events.TrailersReceived | h2.events.ResponseReceived):
+                    self.header_blocks.append(
+                        (type(event).__name__, event.stream_ended is not None)
+                    )
                     trailers.update(
                         (k.decode(), urllib.parse.unquote(v.decode()))
                         for k, v in event.headers
@@ -172,6 +184,31 @@ async def test_an_unknown_method_is_unimplemented_and_the_connection_serves_on(p
     assert trailers["grpc-status"] == "0"
 
 
+async def test_an_error_is_trailers_only_and_its_message_never_enters_the_hpack_tables(
+    port: int,
+) -> None:
+    """An error answer is one HEADERS frame ending the stream (gRPC's Trailers-Only), and
+    its grpc-message, which names the call's own IDs, is never indexed: a table entry per
+    failed call evicted the blocks both sides remember (krt.grpc.hpack_encoding)."""
+    client = await raw_client(port)
+    request = pb.InvokeFunctionRequest(invocation_id="n").SerializeToString()
+    with trio.fail_after(10):
+        for n in range(50):
+            client.header_blocks.clear()
+            _, trailers = await client.call(f"NoSuchMethod{n}", [request])
+            assert trailers["grpc-status"] == str(UNIMPLEMENTED)
+            assert (
+                trailers["grpc-message"] == f"method {SERVICE}/NoSuchMethod{n} is not implemented"
+            )
+            assert client.header_blocks == [("ResponseReceived", True)]
+        client.header_blocks.clear()
+        _, trailers = await client.call("InvokeFunction", [request])
+    assert trailers["grpc-status"] == "0"
+    assert client.header_blocks == [("ResponseReceived", False), ("TrailersReceived", True)]
+    names = {name for name, _ in client.h2.decoder.header_table.dynamic_entries}
+    assert names <= {b"content-type", b"grpc-status"}, names
+
+
 async def test_the_client_ends_a_request_with_its_message_frame() -> None:
     """HEADERS + one DATA frame carrying END_STREAM: no extra empty DATA frame per call."""
     data_frames: list[h2.events.DataReceived] = []
@@ -248,3 +285,162 @@ async def test_a_deadline_while_the_answer_waits_for_the_window_ends_it_with_tra
     assert 0 < len(body) <= 65_535  # what the window let through
     assert trailers["grpc-status"] == str(DEADLINE_EXCEEDED)
     assert "grpc-timeout 5 s" in trailers["grpc-message"]
+
+
+class Instant(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
+    """A service whose InvokeFunction answers at once (run inline), except when told not to."""
+
+    def __init__(self) -> None:
+        self.closed_after_awaiting = 0
+
+    async def InvokeFunction(self, message: Any) -> Any:  # noqa: N802
+        if message.invocation_id == "awaits":
+            try:
+                await trio.lowlevel.checkpoint()
+            finally:
+                self.closed_after_awaiting += 1
+        if message.invocation_id == "raises":
+            raise purerpc.NotFoundError("no such thing")
+        output = b"x" * 300_000 if message.invocation_id == "big" else message.input
+        return pb.InvokeFunctionResponse(invocation_id=message.invocation_id, output=output)
+
+
+class SpawnCounter(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+@pytest.fixture
+async def instant(nursery: trio.Nursery) -> tuple[int, Instant]:
+    servicer = Instant()
+    service = runs_inline(servicer.service, "InvokeFunction")
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    nursery.start_soon(listener.serve, CallHandler({SERVICE: service}))
+    return int(listener.extra(anyio.abc.SocketAttribute.local_port)), servicer
+
+
+def test_runs_inline_names_only_methods_the_service_has() -> None:
+    with pytest.raises(KeyError):
+        runs_inline(Instant().service, "NoSuchMethod")
+
+
+async def test_an_inline_method_runs_in_the_reader_without_a_task_per_call(
+    instant: tuple[int, Instant],
+) -> None:
+    port, _ = instant
+    client = await raw_client(port)
+    with trio.fail_after(10):
+        await client.call("InvokeFunction", [pb.InvokeFunctionRequest().SerializeToString()])
+        counter = SpawnCounter()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            for index in range(20):
+                request = pb.InvokeFunctionRequest(invocation_id=f"c{index}", input=b"in")
+                body, trailers = await client.call("InvokeFunction", [request.SerializeToString()])
+                assert trailers["grpc-status"] == "0"
+                answer = pb.InvokeFunctionResponse.FromString(body[5:])
+                assert (answer.invocation_id, answer.output) == (f"c{index}", b"in")
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    assert counter.spawned == 0
+
+
+async def test_inline_answers_of_one_read_leave_in_one_write(
+    instant: tuple[int, Instant], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three requests arrive together: their three answers (an error among them) are one
+    write, and each stream gets its own answer."""
+    writes: list[bytes] = []
+
+    def counting_write_now(fd: int, data: bytes) -> bytes:
+        writes.append(data)
+        return direct_writes.write_now(fd, data)
+
+    monkeypatch.setattr(unary_server, "write_now", counting_write_now)
+    port, _ = instant
+    client = await raw_client(port)
+    await client.call("InvokeFunction", [pb.InvokeFunctionRequest().SerializeToString()])
+    writes.clear()
+    streams = {}
+    for name in ("one", "raises", "three"):
+        stream_id = client.h2.get_next_available_stream_id()
+        client.h2.send_headers(stream_id, request_headers("InvokeFunction"))
+        message = pb.InvokeFunctionRequest(invocation_id=name).SerializeToString()
+        client.h2.send_data(stream_id, frame(message), end_stream=True)
+        streams[stream_id] = name
+    await client.flush()
+    ended: dict[int, str] = {}
+    with trio.fail_after(10):
+        while len(ended) < 3:
+            for event in client.h2.receive_data(await client.stream.receive_some(65536)):
+                if isinstance(event, h2.events.TrailersReceived | h2.events.ResponseReceived):
+                    status = dict(event.headers).get(b"grpc-status")
+                    if status is not None:
+                        ended[event.stream_id] = status.decode()
+    assert ended == {
+        stream_id: ("5" if name == "raises" else "0") for stream_id, name in streams.items()
+    }
+    assert len(writes) == 1
+
+
+async def test_an_inline_method_that_awaits_is_closed_and_answered_internal(
+    instant: tuple[int, Instant], caplog: pytest.LogCaptureFixture
+) -> None:
+    port, servicer = instant
+    client = await raw_client(port)
+    request = pb.InvokeFunctionRequest(invocation_id="awaits").SerializeToString()
+    with trio.fail_after(10):
+        body, trailers = await client.call("InvokeFunction", [request])
+        assert (body, trailers["grpc-status"]) == (b"", str(INTERNAL))
+        assert "marked runs_inline but awaited" in trailers["grpc-message"]
+        assert servicer.closed_after_awaiting == 1  # not left suspended
+        _, trailers = await client.call(
+            "InvokeFunction", [pb.InvokeFunctionRequest(invocation_id="normal").SerializeToString()]
+        )
+    assert trailers["grpc-status"] == "0"
+    assert any(r.getMessage() == "internal error" for r in caplog.records)
+
+
+async def test_an_inline_call_whose_deadline_passed_is_deadline_exceeded(
+    instant: tuple[int, Instant],
+) -> None:
+    port, _ = instant
+    client = await raw_client(port)
+    request = pb.InvokeFunctionRequest(invocation_id="late").SerializeToString()
+    with trio.fail_after(10):
+        body, trailers = await client.call("InvokeFunction", [request], grpc_timeout="0m")
+    assert (body, trailers["grpc-status"]) == (b"", str(DEADLINE_EXCEEDED))
+
+
+async def test_an_inline_answer_larger_than_the_window_waits_for_it(
+    instant: tuple[int, Instant],
+) -> None:
+    port, _ = instant
+    client = await raw_client(port)
+    request = pb.InvokeFunctionRequest(invocation_id="big").SerializeToString()
+    with trio.fail_after(10):
+        body, trailers = await client.call("InvokeFunction", [request])
+        assert trailers["grpc-status"] == "0"
+        answer = pb.InvokeFunctionResponse.FromString(body[5:])
+        assert (answer.invocation_id, len(answer.output)) == ("big", 300_000)
+        _, trailers = await client.call(
+            "InvokeFunction", [pb.InvokeFunctionRequest(invocation_id="small").SerializeToString()]
+        )
+    assert trailers["grpc-status"] == "0"
+
+
+async def test_an_inline_answer_waiting_for_the_window_ends_at_the_deadline(
+    instant: tuple[int, Instant], autojump_clock: trio.testing.MockClock
+) -> None:
+    port, _ = instant
+    client = await raw_client(port)
+    request = pb.InvokeFunctionRequest(invocation_id="big").SerializeToString()
+    with trio.fail_after(60):
+        body, trailers = await client.call(
+            "InvokeFunction", [request], grpc_timeout="5S", acknowledge=False
+        )
+    assert 0 < len(body) <= 65_535
+    assert trailers["grpc-status"] == str(DEADLINE_EXCEEDED)

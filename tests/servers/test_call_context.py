@@ -18,6 +18,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import textwrap
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -28,11 +29,13 @@ import grpc
 import pytest
 import trio
 from grpclib.client import Channel, UnaryUnaryMethod
+from grpclib.exceptions import GRPCError
 from purerpc.grpclib.exceptions import RpcFailedError
 from purerpc.grpclib.status import StatusCode
 from purerpc.wrappers import extract_message_from_singleton_stream, send_single_message_client
 
 from krt.grpc.server import MAX_STATUS_MESSAGE_BYTES, fit_status_message
+from krt.grpc.status_messages import encode_status_message
 from krt.proto.executor.v1 import runtime_pb2 as pb
 from servers.bash.adapter import BashAdapter
 from servers.python.adapter import PythonAdapter
@@ -335,3 +338,59 @@ def test_fit_status_message_makes_text_encodable() -> None:
 def test_fit_status_message_keeps_short_messages() -> None:
     assert fit_status_message("é" * 100) == "é" * 100
     assert fit_status_message("") == ""
+
+
+#: printable ASCII, ``%`` included, plus what must be encoded (gRPC over HTTP/2, "Responses")
+TRICKY = "id 'bad id 100% \u00e9' (a=b, [c]; {d} <e> ~!@#$^&*_+-=|\\?/.,`) \t\n\u2713 \U0001f600"
+
+
+@pytest.mark.parametrize("text", [TRICKY, "plain words only", "%%", "%41", "", "\x7f\x00"])
+def test_status_messages_are_percent_encoded_only_where_grpc_requires(text: str) -> None:
+    encoded = encode_status_message(text)
+    assert urllib.parse.unquote(encoded) == text
+    assert len(encoded) <= len(urllib.parse.quote(text, safe=""))  # fit_status_message's bound
+    for char in encoded:  # only printable ASCII on the wire; a "%" only as an escape
+        assert 0x20 <= ord(char) <= 0x7E
+    assert re.fullmatch(r"([^%]|%[0-9A-F]{2})*", encoded)
+    if all(0x20 <= ord(c) <= 0x7E and c != "%" for c in text):
+        assert encoded == text  # nothing to encode: sent as written
+
+
+async def test_a_status_message_reaches_grpcio_grpclib_and_purerpc_exactly(
+    start_runtime_server: Callable[..., Any],
+    grpclib_session: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """Spaces and punctuation go unencoded, ``%``, tabs and non-ASCII percent-encoded:
+    three independent clients decode the same text."""
+    bad_id = "bad id 100% \u00e9\t\u2713"
+    request = pb.ExecuteRequest(id=bad_id, args=["-c", "pass"])
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        with pytest.raises(RpcFailedError) as purerpc_error:
+            await server.runtime.Execute(request)
+        expected = purerpc_error.value.status.status_message
+        assert expected.startswith(f"id {bad_id!r} must start with a letter or digit")
+
+        def call() -> grpc.RpcError:
+            with grpc.insecure_channel(f"{server.host}:{server.port}") as channel:
+                execute = channel.unary_unary(
+                    "/executor.v1.Runtime/Execute",
+                    request_serializer=pb.ExecuteRequest.SerializeToString,
+                    response_deserializer=pb.ExecuteResponse.FromString,
+                )
+                with pytest.raises(grpc.RpcError) as excinfo:
+                    execute(request, timeout=10)
+                return excinfo.value
+
+        error: Any = await trio.to_thread.run_sync(call)
+        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details() == expected
+
+        async def body(call: Any) -> Any:
+            try:
+                await call("executor.v1.Runtime", "Execute", request, pb.ExecuteResponse)
+            except GRPCError as exc:
+                return exc.message
+            return None
+
+        assert await grpclib_session(server.host, server.port, body) == expected

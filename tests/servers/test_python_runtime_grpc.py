@@ -13,6 +13,7 @@ import purerpc
 import pytest
 import trio
 
+from krt.grpc.client import GrpcConnection, GrpcStatusError
 from krt.proto.executor.v1 import runtime_pb2 as pb
 from servers.common import limits
 from servers.python.adapter import PythonAdapter
@@ -319,3 +320,70 @@ async def test_timed_out_worker_is_replaced_and_a_broken_reimport_fails_the_regi
         assert status.state == pb.FUNCTION_REGISTRATION_STATE_FAILED
         assert "SyntaxError" in status.fatal_error
         assert "counted.py" in status.fatal_error
+
+
+async def test_list_entries_carry_state_exit_code_and_error_but_no_output(
+    start_runtime_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        script = "import sys; print('out'); print('err', file=sys.stderr); raise SystemExit(3)"
+        for exec_id, args in (("ok", ["-c", "print('fine')"]), ("bad", ["-c", script])):
+            await server.runtime.Execute(pb.ExecuteRequest(id=exec_id, args=args))
+        with trio.fail_after(10):
+            while True:
+                listed = await server.runtime.List(pb.ListRequest())
+                if all(e.state >= pb.EXECUTION_STATE_SUCCEEDED for e in listed.entries):
+                    break
+                await trio.sleep(0.02)
+    assert [
+        (e.id, e.state, e.exit_code, e.error_message, e.stdout, e.stderr) for e in listed.entries
+    ] == [
+        ("ok", pb.EXECUTION_STATE_SUCCEEDED, 0, "", "", ""),
+        ("bad", pb.EXECUTION_STATE_FAILED, 3, "exited with status 3", "", ""),
+    ]
+
+
+class _SpawnCounter(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+
+async def test_runtime_calls_are_answered_without_a_task_of_their_own(
+    start_runtime_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Issue 6: every executor.v1.Runtime method runs in the connection's reader."""
+    async with start_runtime_server(PythonAdapter(), tmp_path) as server:
+        stream = await trio.open_tcp_stream(server.host, server.port)
+        conn = GrpcConnection(stream, authority=f"{server.host}:{server.port}")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(conn.run)
+            runtime = "executor.v1.Runtime"
+            calls: list[tuple[str, Any, int | None]] = [  # method, request, error code
+                ("Health", pb.HealthRequest(), None),
+                ("List", pb.ListRequest(), None),
+                ("Status", pb.StatusRequest(id="missing"), 5),
+                ("Cancel", pb.CancelRequest(id="missing"), 5),
+                ("Forget", pb.ForgetRequest(id="missing"), 5),
+                ("Execute", pb.ExecuteRequest(id="bad id"), 3),
+            ]
+            await conn.unary_call(runtime, "Health", pb.HealthRequest().SerializeToString())
+            counter = _SpawnCounter()
+            trio.lowlevel.add_instrument(counter)
+            try:
+                with trio.fail_after(10):
+                    for method, request, code in calls:
+                        call = conn.unary_call(runtime, method, request.SerializeToString())
+                        if code is None:
+                            await call
+                        else:
+                            with pytest.raises(GrpcStatusError) as failed:
+                                await call
+                            assert failed.value.code == code
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+            assert counter.spawned == 0
+            conn.close()
+            nursery.cancel_scope.cancel()

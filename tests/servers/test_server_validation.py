@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from servers.common.errors import Code, ContractError
 from servers.common.validation import (
     bound_text,
     is_below,
+    real_path,
     resolve_working_dir,
     validate_digest,
     validate_entrypoint,
@@ -241,3 +243,29 @@ def test_bound_text() -> None:
     cut = bound_text("y" * 10_000, 100)
     assert len(cut.encode()) <= 100
     assert cut.endswith("[truncated]")
+
+
+def test_real_path_matches_os_realpath(tmp_path: Path) -> None:
+    """The kernel's answer (existing paths) and os.path.realpath (the rest) agree."""
+    (tmp_path / "dir" / "sub").mkdir(parents=True)
+    (tmp_path / "dir" / "file").write_text("x")
+    (tmp_path / "to-dir").symlink_to(tmp_path / "dir")
+    (tmp_path / "dir" / "to-file").symlink_to("file")
+    (tmp_path / "dir" / "up").symlink_to("..")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x")
+    cases = [
+        "dir",
+        "dir/sub",
+        "to-dir/sub",
+        "to-dir/to-file",
+        "to-dir/sub/../file",
+        "dir/up/to-dir/up/dir",
+        "missing",
+        "to-dir/missing/more",
+        "dir/file/not-a-dir",
+        "dangling",
+        "dangling/deeper",
+    ]
+    for case in cases:
+        path = f"{tmp_path}/{case}"
+        assert real_path(path) == os.path.realpath(path), case

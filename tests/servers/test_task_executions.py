@@ -329,62 +329,30 @@ async def test_timeout_kills_the_whole_process_group(
     assert not _alive(child)
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-@pytest.mark.skipif(not executions_module._LOOP_SPAWN, reason="needs Linux pidfds")
-async def test_spawn_runs_popen_on_the_loop_and_any_number_of_tasks_may_wait(
-    tmp_path: Path,
+async def test_an_orphan_holding_the_pipes_delays_the_end_by_the_drain_bound_only(
+    autojump_clock: trio.testing.MockClock, manager: ExecutionManager
 ) -> None:
-    """Issue 6: no worker thread per task start; several tasks may wait for the exit."""
-    child = await executions_module._spawn(
-        ["/bin/sh", "-c", "read line; exit 7"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}
+    """A process that left the task's group keeps stdout open: output is read for at most
+    _PIPE_DRAIN_SECONDS after the task exits, then the execution ends with what it has."""
+    script = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        "print(child.pid, 'started', flush=True)\n"
     )
-    assert isinstance(child, executions_module._LoopSpawned)
-    codes: list[int] = []
-
-    async def waiter() -> None:
-        codes.append(await child.wait())
-
-    async with trio.open_nursery() as nursery:  # stdin is /dev/null: `read` fails, exit 7
-        for _ in range(3):
-            nursery.start_soon(waiter)
-    assert codes == [7, 7, 7]
-    assert child.returncode == 7
-    assert child.stdout is not None
-    assert child.stderr is not None
-    await child.stdout.aclose()
-    await child.stderr.aclose()
-
-
-@pytest.mark.skipif(not executions_module._LOOP_SPAWN, reason="needs Linux pidfds")
-async def test_cancelled_waiter_hands_the_pidfd_poll_to_the_next(tmp_path: Path) -> None:
-    child = await executions_module._spawn(
-        ["/bin/sh", "-c", "sleep 0.2"], cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}
-    )
-    results: list[int] = []
-
-    async def second() -> None:
-        results.append(await child.wait())
-
-    async with trio.open_nursery() as nursery:
-        with trio.move_on_after(0.05):  # this waiter polls the pidfd first, then gives up
-            nursery.start_soon(second)
-            await child.wait()
-    assert results == [0]
-    assert child.stdout is not None
-    assert child.stderr is not None
-    await child.stdout.aclose()
-    await child.stderr.aclose()
-
-
-async def test_spawn_failure_raises_oserror_and_leaks_no_descriptor(tmp_path: Path) -> None:
-    before = _open_fds()
-    for argv, cwd in (([str(tmp_path / "missing")], tmp_path), (["/bin/sh"], tmp_path / "no")):
-        with pytest.raises(FileNotFoundError):
-            await executions_module._spawn(argv, cwd=cwd, env={})
-    assert _open_fds() == before
+    exec_id = manager.execute(ExecuteRequest(id="t-orphan", args=["-c", script]))
+    start = trio.current_time()
+    status = await manager.wait(exec_id)
+    orphan = int(status.stdout.split()[0])
+    try:
+        assert trio.current_time() - start == pytest.approx(
+            executions_module._PIPE_DRAIN_SECONDS, abs=0.1
+        )
+        assert status.state is ExecutionState.SUCCEEDED
+        assert status.stdout == f"{orphan} started\n"
+        assert _alive(orphan)  # outside the group: not ours to kill, only not waited for
+    finally:
+        os.kill(orphan, signal.SIGKILL)
 
 
 async def test_only_a_failed_execution_logs_its_end_at_info(

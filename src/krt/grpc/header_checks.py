@@ -35,7 +35,7 @@ from typing import Final
 import hpack
 from h2.exceptions import ProtocolError
 
-__all__ = ["check_request_headers", "outbound_metadata"]
+__all__ = ["RequestHeaderChecks", "check_request_headers", "outbound_metadata"]
 
 #: Connection-specific fields, forbidden in HTTP/2 (RFC 7540 section 8.1.2.2).
 CONNECTION_HEADERS: Final = frozenset(
@@ -44,6 +44,10 @@ CONNECTION_HEADERS: Final = frozenset(
 _PSEUDO: Final = frozenset({":method", ":scheme", ":authority", ":path", ":status", ":protocol"})
 _WHITESPACE: Final = frozenset(" \t\n\r\x0b\x0c")
 _UPPER: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: Header blocks one connection remembers as checked (a unary connection repeats a few).
+MAX_REMEMBERED_BLOCKS: Final = 64
+#: Blocks carrying one of these are never remembered: a credential is not kept past its call.
+_SECRET_NAMES: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
 
 
 def check_request_headers(headers: Sequence[tuple[str, str]], *, trailers: bool) -> None:
@@ -112,6 +116,33 @@ def check_request_headers(headers: Sequence[tuple[str, str]], *, trailers: bool)
         )
     if not path:
         raise ProtocolError("An empty :path header is forbidden")
+
+
+class RequestHeaderChecks:
+    """:func:`check_request_headers` for one connection, remembering blocks that passed.
+
+    A client sends the same request header block for every call of a method (the same
+    path, authority, content type and user agent), and the check is a pure function of the
+    block, so a block seen to pass passes again. Issue 6: checking cost ~6.5 µs per call,
+    looking the block up ~0.2 µs. At most :data:`MAX_REMEMBERED_BLOCKS` blocks are kept
+    (the set is emptied when full); blocks with a credential are checked every time and
+    never kept.
+    """
+
+    def __init__(self) -> None:
+        self._passed: set[tuple[bool, tuple[tuple[str, str], ...]]] = set()
+
+    def check(self, headers: Sequence[tuple[str, str]], *, trailers: bool) -> None:
+        """Check ``headers`` as :func:`check_request_headers` does (same arguments, errors)."""
+        key = (trailers, tuple(headers))
+        if key in self._passed:
+            return
+        check_request_headers(headers, trailers=trailers)
+        if any(name in _SECRET_NAMES for name, _ in headers):
+            return
+        if len(self._passed) >= MAX_REMEMBERED_BLOCKS:
+            self._passed.clear()
+        self._passed.add(key)
 
 
 def outbound_metadata(

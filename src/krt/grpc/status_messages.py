@@ -2,6 +2,14 @@
 
 Shared by both server connection loops (:mod:`krt.grpc.server` and
 :mod:`krt.grpc.unary_server`), so a failed call reads the same whichever loop served it.
+
+:func:`status_fields` builds the ``grpc-status``/``grpc-message`` fields the unary loop sends.
+Its ``grpc-message`` is encoded as the gRPC HTTP/2 protocol asks (only ``%`` and bytes
+outside printable ASCII are percent-encoded; purerpc encodes every space and punctuation
+mark too) and sent as a never-indexed HPACK literal: a message usually names the call's own
+ID ("execution <uid> not found"), so indexing it, as purerpc's trailers are, put a new entry
+in both sides' HPACK tables on every failed call, evicted older ones and made every block
+the encoder and the client's decoder remembered stale (issue 6).
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ import logging
 import urllib.parse
 from typing import Any, Final
 
+import hpack
 from google.protobuf.message import DecodeError
 from purerpc.grpclib.exceptions import GRPCError, RpcFailedError
 from purerpc.grpclib.status import Status, StatusCode
@@ -20,6 +29,14 @@ log = logging.getLogger("krt.grpc.server")
 #: stays within this many bytes, well under the 8 KiB metadata limit of grpcio clients.
 MAX_STATUS_MESSAGE_BYTES: Final = 4096
 _CUT_MARKER: Final = " ...[truncated]"
+#: a character percent-encodes to at most this many bytes (4 UTF-8 bytes, 3 each).
+_MAX_ENCODED_PER_CHAR: Final = 12
+#: sent unencoded in ``grpc-message`` besides letters, digits and ``_.-~`` (which
+#: ``urllib.parse.quote`` never encodes): printable ASCII except ``%`` (gRPC over HTTP/2,
+#: "Percent-Byte-Unencoded": %x20-%x24 / %x26-%x7E).
+_UNENCODED_PUNCTUATION: Final = "".join(
+    chr(c) for c in range(0x20, 0x7F) if not chr(c).isalnum() and chr(c) not in "%_.-~"
+)
 
 
 def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> str:
@@ -30,7 +47,13 @@ def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> s
         limit: the bound of ``urllib.parse.quote(message, safe="")`` in bytes (as purerpc
             encodes the ``grpc-message`` trailer).
     """
-    message = message.encode("utf-8", "replace").decode("utf-8")
+    if message.isascii():
+        if len(message) * 3 <= limit:  # fits however it is encoded: no need to encode it
+            return message
+    else:
+        message = message.encode("utf-8", "replace").decode("utf-8")
+        if len(message) * _MAX_ENCODED_PER_CHAR <= limit:
+            return message
     if len(urllib.parse.quote(message, safe="")) <= limit:
         return message
     budget = limit - len(urllib.parse.quote(_CUT_MARKER, safe=""))
@@ -46,6 +69,34 @@ def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> s
 def bounded(status: Status) -> Status:
     """``status`` with its message made valid UTF-8 and cut by :func:`fit_status_message`."""
     return Status(status.status_code, fit_status_message(status.status_message or ""))
+
+
+def encode_status_message(message: str) -> str:
+    """Percent-encode ``message`` for ``grpc-message`` (gRPC over HTTP/2, "Responses").
+
+    Only ``%`` and what is not printable ASCII are encoded, so the result is never longer
+    than ``urllib.parse.quote(message, safe="")`` (the bound of :func:`fit_status_message`).
+
+    Args:
+        message: valid UTF-8 text (see :func:`bounded`).
+    """
+    if message.isascii() and message.isprintable() and "%" not in message:
+        return message
+    return urllib.parse.quote(message, safe=_UNENCODED_PUNCTUATION)
+
+
+def status_fields(status: Status) -> list[tuple[str, str]]:
+    """The ``grpc-status`` and (if any) ``grpc-message`` header fields of ``status``.
+
+    The message is bounded (:func:`bounded`), encoded by :func:`encode_status_message` and
+    marked never-indexed (an :class:`hpack.NeverIndexedHeaderTuple`): see the module
+    docstring. The fields end a response, as trailers or in a Trailers-Only response.
+    """
+    fields: list[tuple[str, str]] = [("grpc-status", str(status.int_value))]
+    message = fit_status_message(status.status_message or "")
+    if message:
+        fields.append(hpack.NeverIndexedHeaderTuple("grpc-message", encode_status_message(message)))
+    return fields
 
 
 def describe(exc: BaseException) -> str:

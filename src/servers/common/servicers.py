@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 
 import purerpc
 
+from krt.grpc.unary_server import runs_inline
 from krt.proto.executor.v1 import runtime_grpc, runtime_pb2
 from servers.common.errors import ContractError
 from servers.common.executions import ExecuteRequest, ExecutionManager, ExecutionStatus
@@ -58,6 +59,10 @@ def _mapped(
     return wrapper
 
 
+#: every method of executor.v1.Runtime (all answer at once: see RuntimeServicer).
+_RUNTIME_METHODS = ("Execute", "Status", "List", "Cancel", "Forget", "Health")
+
+
 def _status_message(status: ExecutionStatus) -> runtime_pb2.StatusResponse:
     return runtime_pb2.StatusResponse(
         id=status.id,
@@ -72,6 +77,10 @@ def _status_message(status: ExecutionStatus) -> runtime_pb2.StatusResponse:
 class RuntimeServicer(runtime_grpc.RuntimeServicer):  # type: ignore[misc]
     """``executor.v1.Runtime``: one-shot executions.
 
+    Every method answers from local state without awaiting, so each runs in the connection's
+    reader (:func:`krt.grpc.unary_server.runs_inline`); the executions themselves run in
+    the manager's nursery.
+
     Args:
         executions: the execution manager.
         adapter_name: for the Health message.
@@ -80,6 +89,11 @@ class RuntimeServicer(runtime_grpc.RuntimeServicer):  # type: ignore[misc]
     def __init__(self, executions: ExecutionManager, *, adapter_name: str) -> None:
         self._executions = executions
         self._name = adapter_name
+
+    @property
+    def service(self) -> purerpc.Service:
+        """The purerpc service, every method marked to run inline."""
+        return runs_inline(super().service, *_RUNTIME_METHODS)
 
     @_mapped
     async def Execute(self, request: runtime_pb2.ExecuteRequest) -> runtime_pb2.ExecuteResponse:  # noqa: N802
@@ -105,9 +119,16 @@ class RuntimeServicer(runtime_grpc.RuntimeServicer):  # type: ignore[misc]
     @_mapped
     async def List(self, request: runtime_pb2.ListRequest) -> runtime_pb2.ListResponse:  # noqa: N802
         """Read every execution's id, state, exit code and error (output: use Status)."""
-        return runtime_pb2.ListResponse(
-            entries=[_status_message(s) for s in self._executions.list()]
-        )
+        response = runtime_pb2.ListResponse()
+        add = response.entries.add  # in place: no message built and copied per entry
+        for status in self._executions.list():
+            add(
+                id=status.id,
+                state=cast(runtime_pb2.ExecutionState, status.state.value),
+                exit_code=status.exit_code,
+                error_message=status.error_message,
+            )
+        return response
 
     @_mapped
     async def Cancel(self, request: runtime_pb2.CancelRequest) -> runtime_pb2.CancelResponse:  # noqa: N802
