@@ -209,12 +209,18 @@ def _open_parent(anchor: Path, parts: tuple[str, ...], *, create: bool) -> int:
     try:
         for part in parts[:-1]:
             shown = shown / part
-            if create:
+            try:
+                child = _open_component(part, _DIR_FLAGS, dir_fd=fd, shown=shown)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                # missing: create it, then open it as any other (a link raced in is refused);
+                # trying the open first saves a failing mkdir per existing directory
                 try:
                     os.mkdir(part, dir_fd=fd)
                 except FileExistsError:
                     pass
-            child = _open_component(part, _DIR_FLAGS, dir_fd=fd, shown=shown)
+                child = _open_component(part, _DIR_FLAGS, dir_fd=fd, shown=shown)
             os.close(fd)
             fd = child
     except BaseException:
@@ -249,8 +255,15 @@ async def write_file(path: Path, data: bytes, *, anchor: Path) -> None:
             fd = _open_component(parts[-1], flags, dir_fd=parent, shown=path)
         finally:
             os.close(parent)
-        with open(fd, "wb", closefd=True) as handle:
-            handle.write(data)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:  # never for a regular file; do not spin if it happens
+                    raise OSError(errno.EIO, "write made no progress", str(path))
+                view = view[written:]
+        finally:
+            os.close(fd)
 
     if len(data) <= INLINE_WRITE_BYTES:
         write()

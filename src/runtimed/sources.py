@@ -189,7 +189,13 @@ async def _checkout(git: str, work: Path, repo_url: str, commit_sha: str) -> Non
 async def _reset_dir(files: RunFiles) -> None:
     await remove_tree(files.root)
     try:
-        files.work.mkdir(parents=True)
+        try:
+            os.mkdir(files.root)
+        except FileNotFoundError:  # the first Run of this workspace: no runs/ directory yet
+            files.root.mkdir(parents=True)
+        except FileExistsError:  # leftovers remove_tree could not delete: as `mkdir -p`
+            pass
+        os.mkdir(files.work)
     except OSError as exc:
         raise PreparationError(f"cannot create working directory {files.work}: {exc}") from None
 

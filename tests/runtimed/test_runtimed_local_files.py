@@ -174,3 +174,39 @@ async def test_paths_outside_the_anchor_are_refused(tmp_path: Path) -> None:
         await read_bounded(tmp_path / "x", 10, anchor=tmp_path / "ws")
     with pytest.raises(ValueError, match="not a plain path"):
         await write_file(tmp_path / "ws", b"", anchor=tmp_path / "ws")
+
+
+async def test_writing_into_existing_directories_creates_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Existing directories on the way are opened, not re-created (issue 6: no failing mkdir)."""
+    (tmp_path / "runs" / "u1" / "work").mkdir(parents=True)
+    made: list[str] = []
+    real_mkdir = os.mkdir
+
+    def recording_mkdir(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(local_files.os, "mkdir", recording_mkdir)
+    await write_file(tmp_path / "runs" / "u1" / "work" / "script", b"exit 0\n", anchor=tmp_path)
+    assert made == []
+    assert (tmp_path / "runs" / "u1" / "work" / "script").read_bytes() == b"exit 0\n"
+    # a missing directory is still created (and only that one)
+    await write_file(tmp_path / "runs" / "u2" / "script", b"x", anchor=tmp_path)
+    assert made == ["u2"]
+    assert (tmp_path / "runs" / "u2" / "script").read_bytes() == b"x"
+
+
+async def test_a_large_write_is_complete(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 1024  # 256 KiB: more than one write may take
+    await write_file(tmp_path / "d" / "big", data, anchor=tmp_path)
+    assert (tmp_path / "d" / "big").read_bytes() == data
+
+
+async def test_a_write_that_makes_no_progress_fails_instead_of_spinning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local_files.os, "write", lambda fd, data: 0)
+    with pytest.raises(OSError, match="no progress"):
+        await write_file(tmp_path / "f", b"data", anchor=tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -204,3 +205,50 @@ def test_workspace_translates_paths_for_the_server(tmp_path: Path) -> None:
     assert Workspace(root=tmp_path).for_server(tmp_path / "x") == str(tmp_path / "x")
     with pytest.raises(ValueError, match="directory name"):
         ws.files("../x")
+
+
+async def test_preparing_a_new_run_makes_two_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 6 (CPU per Run): the Run's directory and its working directory, nothing else."""
+    workspace = Workspace(root=tmp_path)
+    await prepare_source(Source(inline="first\n"), workspace.files("u0"))  # creates runs/
+    made: list[str] = []
+    real_mkdir = os.mkdir
+
+    def recording_mkdir(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", recording_mkdir)
+    files = workspace.files("u1")
+    await prepare_source(Source(inline="exit 0\n"), files)
+    assert made == [str(files.root), str(files.work)]
+    assert (files.work / "script").read_text() == "exit 0\n"
+
+
+async def test_the_first_run_of_a_workspace_creates_the_runs_directory(tmp_path: Path) -> None:
+    workspace = Workspace(root=tmp_path / "fresh")
+    (tmp_path / "fresh").mkdir()
+    files = workspace.files("u1")
+    await prepare_source(Source(inline="exit 0\n"), files)
+    assert (files.work / "script").read_text() == "exit 0\n"
+
+
+async def test_a_run_directory_left_behind_still_gets_a_fresh_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Run's directory survived its removal (e.g. a leftover runtimed cannot delete):
+    preparation still makes the working directory, as ``mkdir -p`` did."""
+    from runtimed import sources
+
+    async def keep(root: Path) -> None:
+        return None
+
+    workspace = Workspace(root=tmp_path)
+    files = workspace.files("u1")
+    files.root.mkdir(parents=True)
+    (files.root / "leftover").write_text("x")
+    monkeypatch.setattr(sources, "remove_tree", keep)
+    await prepare_source(Source(inline="exit 0\n"), files)
+    assert (files.work / "script").read_text() == "exit 0\n"
