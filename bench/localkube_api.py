@@ -25,13 +25,15 @@ queueing at the server. ``--rate R`` paces the writers, staggered, to R writes/s
 
 ``--runs N`` measures Run writes instead (issue 6: the task benchmark's writes): the Run
 CRD from the chart is created, then ``--writers`` concurrent clients each take Runs in turn
-through the life cycle the control plane and runtimed write (create, then three status
-updates: Scheduled, Running, Succeeded, with the conditions they set) while ``--watchers``
-streams watch the Runs; it prints the server's CPU per Run and per write (the schema, CEL
-rules and status subresource path of every Run write).
+through the life cycle the control plane and runtimed write (create with the admin token,
+then three status updates with a ServiceAccount token: Scheduled, Running, Succeeded, with
+the conditions they set) while ``--watchers`` streams watch every Run and one stream per
+Pod (``--pods``, default 2) watches the Runs assigned to it by field selector, as runtimed
+does; it prints the server's CPU per Run and per write (the schema, CEL rules, RBAC and
+status subresource path of every Run write). ``--admin-writes`` writes status as admin.
 
 Usage: ``python bench/localkube_api.py [--seconds S] [--writers N] [--watchers N]
-[--rate R] [--runs N] [--json]``; ``--quick`` is a short run; ``--report-json PATH`` writes
+[--rate R] [--runs N [--pods N] [--admin-writes]] [--json]``; ``--quick`` is a short run; ``--report-json PATH`` writes
 the figures for bench/report.py. The server child is started and stopped by
 :mod:`benchkit.apiserver_child` (shared with bench/kube_client.py).
 """
@@ -65,8 +67,14 @@ RUN_CRD = Path(__file__).resolve().parents[1] / "charts/kruntimes/crds/runs.krun
 
 
 def _cpu_seconds(pid: int) -> float:
+    return sum(_cpu_split(pid))
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -440,8 +448,63 @@ def _run_statuses(pod: str, pod_uid: str) -> list[dict[str, Any]]:
     ]
 
 
-async def run_runs(runs: int, writers: int, watchers: int) -> dict[str, Any]:
-    """Measure the server's CPU per Run write (create + three status updates per Run)."""
+#: What the Run writers' ServiceAccount may do (as the control plane's and runtimed's roles).
+_WRITER_ROLE = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "ClusterRole",
+    "metadata": {"name": "bench-run-writer"},
+    "rules": [
+        {
+            "apiGroups": ["kruntimes.io"],
+            "resources": ["runs", "runs/status"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"],
+        }
+    ],
+}
+
+
+async def _service_account_token(client: RawClient, name: str) -> str:
+    """Create ServiceAccount ``name`` bound to :data:`_WRITER_ROLE`; return a token for it."""
+    await client.request(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    await client.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", _WRITER_ROLE)
+    await client.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "bench-run-writer"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "bench-run-writer",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    )
+    review = await client.request(
+        "POST",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    token: str = review["status"]["token"]
+    return token
+
+
+async def run_runs(
+    runs: int, writers: int, watchers: int, pods: int = 2, admin_writes: bool = False
+) -> dict[str, Any]:
+    """Measure the server's CPU per Run write (create + three status updates per Run).
+
+    As in the task benchmark: the creates use the admin token, the status updates a
+    ServiceAccount token (the control plane's and runtimed's), ``watchers`` streams follow
+    every Run (the control plane, the benchmark) and one stream per Pod follows only the
+    Runs assigned to it (runtimed's ``status.assignedPodUID`` field selector).
+    """
     with tempfile.TemporaryDirectory(prefix="localkube-bench-runs-") as tmp:
         async with running_apiserver_child(Path(tmp)) as server:
             process, url, token = server.process, server.server, server.token
@@ -453,24 +516,30 @@ async def run_runs(runs: int, writers: int, watchers: int) -> dict[str, Any]:
                     yaml.safe_load(RUN_CRD.read_text()),
                 )
                 since = (await client.request("GET", RUNS, None))["metadata"]["resourceVersion"]
+                sa_token = token if admin_writes else await _service_account_token(client, "bench")
             events = 0
+            chunks = 0
 
-            async def watcher(*, task_status: trio.TaskStatus[None]) -> None:
-                nonlocal events
-                async with RawClient(url, token, bench.ssl) as stream:
+            async def watcher(query: str, *, task_status: trio.TaskStatus[None]) -> None:
+                nonlocal events, chunks
+                async with RawClient(url, sa_token, bench.ssl) as stream:
                     started = False
                     async for lines in stream.stream_lines(
-                        f"{RUNS}?watch=true&resourceVersion={since}"
+                        f"{RUNS}?watch=true&resourceVersion={since}{query}"
                     ):
                         if not started:
                             task_status.started()
                             started = True
                         events += sum(1 for line in lines if line)
+                        chunks += 1
 
             queue = list(range(runs))
 
             async def writer(index: int) -> None:
-                async with RawClient(url, token, bench.ssl) as client:
+                async with (
+                    RawClient(url, token, bench.ssl) as client,
+                    RawClient(url, sa_token, bench.ssl) as status_client,
+                ):
                     while queue:
                         n = queue.pop()
                         name = f"run-{n:05d}"
@@ -488,31 +557,42 @@ async def run_runs(runs: int, writers: int, watchers: int) -> dict[str, Any]:
                                 },
                             },
                         )
-                        for status in _run_statuses(f"pod-{index % 2}", f"uid-{index % 2}"):
+                        pod = index % max(pods, 2)  # Runs go to 2 Pods at least
+                        for status in _run_statuses(f"pod-{pod}", f"uid-{pod}"):
                             obj["status"] = status
-                            obj = await client.request("PUT", f"{RUNS}/{name}/status", obj)
+                            obj = await status_client.request("PUT", f"{RUNS}/{name}/status", obj)
 
             async with trio.open_nursery() as nursery:
                 for _ in range(watchers):
-                    await nursery.start(watcher)
+                    await nursery.start(watcher, "")
+                for pod in range(pods):
+                    await nursery.start(
+                        watcher, f"&fieldSelector=status.assignedPodUID%3Duid-{pod}"
+                    )
                 start = time.perf_counter()
-                server_cpu = _cpu_seconds(process.pid)
+                user_before, system_before = _cpu_split(process.pid)
                 async with trio.open_nursery() as writing:
                     for index in range(writers):
                         writing.start_soon(writer, index)
                 elapsed = time.perf_counter() - start
-                server_cpu = _cpu_seconds(process.pid) - server_cpu
+                user_after, system_after = _cpu_split(process.pid)
+                server_system = system_after - system_before
+                server_cpu = user_after - user_before + server_system
                 await trio.sleep(0.3)  # let watchers drain
                 nursery.cancel_scope.cancel()
     return {
         "runs": runs,
         "writers": writers,
         "watchers": watchers,
+        "pod_watchers": pods,
+        "status_writer": "admin" if admin_writes else "serviceaccount",
         "seconds": round(elapsed, 2),
         "runs_per_second": round(runs / elapsed, 1),
         "watch_events": events,
+        "watch_chunks": chunks,
         "server_cpu_ms_per_run": round(server_cpu * 1000 / runs, 3),
         "server_cpu_ms_per_write": round(server_cpu * 1000 / (4 * runs), 3),
+        "server_system_cpu_ms_per_run": round(server_system * 1000 / runs, 3),
         "load_average": round(os.getloadavg()[0], 2),
     }
 
@@ -560,24 +640,39 @@ def main() -> None:
     parser.add_argument(
         "--runs", type=int, default=0, help="measure N Runs' writes instead (see above)"
     )
+    parser.add_argument(
+        "--pods",
+        type=int,
+        default=2,
+        help="with --runs: field-selected watchers, one per Pod the Runs go to (at least 2)",
+    )
+    parser.add_argument(
+        "--admin-writes",
+        action="store_true",
+        help="with --runs: status updates with the admin token, not a ServiceAccount's",
+    )
     args = parser.parse_args()
     if args.quick:  # quick defaults; explicit arguments still win
         parser.set_defaults(seconds=1.0, writers=4, watchers=4)
         args = parser.parse_args()
     if args.runs:
-        figures = trio.run(run_runs, args.runs, args.writers, args.watchers)
+        figures = trio.run(
+            run_runs, args.runs, args.writers, args.watchers, args.pods, args.admin_writes
+        )
         if args.json:
             print(json.dumps(figures))
             return
         print(
-            f"{figures['runs']} Runs (create + 3 status writes each, {figures['writers']} "
-            f"writers, {figures['watchers']} watchers, SQLite) in {figures['seconds']} s "
-            f"= {figures['runs_per_second']} Runs/s; {figures['watch_events']} watch events"
+            f"{figures['runs']} Runs (create + 3 status writes each by "
+            f"{figures['status_writer']}, {figures['writers']} writers, {figures['watchers']} "
+            f"watchers + {figures['pod_watchers']} field-selected, SQLite) in {figures['seconds']} s "
+            f"= {figures['runs_per_second']} Runs/s; {figures['watch_events']} watch events in "
+            f"{figures['watch_chunks']} chunks"
         )
         print(
             f"server CPU: {figures['server_cpu_ms_per_run']} ms per Run, "
-            f"{figures['server_cpu_ms_per_write']} ms per write "
-            f"(load average {figures['load_average']})"
+            f"{figures['server_cpu_ms_per_write']} ms per write, of which system "
+            f"{figures['server_system_cpu_ms_per_run']} ms per Run (load average {figures['load_average']})"
         )
         return
     result = trio.run(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from localkube import storage
@@ -31,9 +32,20 @@ RBAC_KINDS = tuple(
 )
 MAX_CACHED_GRANTS = 1024
 """Users x namespaces whose RBAC grants :class:`Access` keeps between RBAC changes."""
+MAX_CACHED_DECISIONS = 256
+"""RBAC decisions kept per user and namespace (cleared when full, and on RBAC changes)."""
 SA_PREFIX = "system:serviceaccount:"
 PUBLIC_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
 """Non-resource paths answered without credentials (``system:public-info-viewer``)."""
+
+
+@dataclass
+class _CachedGrants:
+    """One user's grants in one namespace and the decisions taken from them so far."""
+
+    grants: rbac.UserGrants
+    uses_names: bool  # some rule lists resourceNames: decisions depend on the name
+    decisions: dict[tuple[str, str, str, str, str], Decision] = field(default_factory=dict)
 
 
 class StoreRbac:
@@ -79,7 +91,7 @@ class Access:
         self.authenticator = authenticator
         self.rbac = StoreRbac(store)
         self.wall_time = wall_time
-        self._grants: dict[tuple[str, tuple[str, ...], str], rbac.UserGrants] = {}
+        self._grants: dict[tuple[str, tuple[str, ...], str], _CachedGrants] = {}
         self._grants_revision = -1
         authority = authenticator.token_authority
         if authority.sa_exists is None:
@@ -199,21 +211,40 @@ class Access:
             return Decision(True, "public info")
         if rbac.MASTERS_GROUP in user.groups:
             return Decision(True, "")
-        return rbac.decide(self._user_grants(user, rbac.request_namespace(attrs)), attrs)
+        grants = self._user_grants(user, rbac.request_namespace(attrs))
+        if not attrs.resource_request:  # (rare: discovery, /version; keyed by any path)
+            return rbac.decide(grants.grants, attrs)
+        # a resource decision depends only on the grants and the attributes the rules
+        # test: verb, group, resource and subresource, and the name only when a rule lists
+        # resourceNames (so not one decision per Run name)
+        key = (
+            attrs.verb,
+            attrs.api_group,
+            attrs.resource,
+            attrs.subresource,
+            attrs.name if grants.uses_names else "",
+        )
+        decision = grants.decisions.get(key)
+        if decision is None:
+            if len(grants.decisions) >= MAX_CACHED_DECISIONS:
+                grants.decisions.clear()
+            decision = grants.decisions[key] = rbac.decide(grants.grants, attrs)
+        return decision
 
-    def _user_grants(self, user: UserInfo, namespace: str) -> rbac.UserGrants:
+    def _user_grants(self, user: UserInfo, namespace: str) -> _CachedGrants:
         """``rbac.user_grants``, kept until a Role, ClusterRole or binding changes."""
         revision = max(self.store.kind_revision(kind) for kind in RBAC_KINDS)
         if revision != self._grants_revision:
             self._grants.clear()
             self._grants_revision = revision
         key = (user.username, tuple(user.groups), namespace)
-        grants = self._grants.get(key)
-        if grants is None:
+        cached = self._grants.get(key)
+        if cached is None:
             if len(self._grants) >= MAX_CACHED_GRANTS:
                 del self._grants[next(iter(self._grants))]
-            grants = self._grants[key] = rbac.user_grants(user, namespace, self.rbac)
-        return grants
+            grants = rbac.user_grants(user, namespace, self.rbac)
+            cached = self._grants[key] = _CachedGrants(grants, rbac.uses_resource_names(grants))
+        return cached
 
     def require(self, user: UserInfo, attrs: RequestAttributes) -> None:
         """Raise the standard 403 unless ``user`` may do ``attrs``.

@@ -49,6 +49,11 @@ _HEADER_LINE = re.compile(
 )
 _BLANK_LINE = re.compile(rb"\n\r?\n")
 _DIGITS = re.compile(rb"[0-9]{1,18}")
+# a client sends the same header lines on every request of a connection (Host, its bearer
+# token, Accept...); matching a line with a kilobyte token costs microseconds, a lookup not
+_PARSED_LINES: dict[bytes, tuple[bytes, bytes]] = {}
+MAX_PARSED_LINES = 1024
+MAX_PARSED_LINE_BYTES = 8192  # (a ServiceAccount token line is about 1 KiB)
 # headers whose presence makes the request one for h11 (framing, interim answers, upgrades)
 _H11_ONLY = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
 
@@ -112,11 +117,18 @@ def read_head(buffer: bytes | bytearray, *, max_head_bytes: int) -> Head | Verdi
     hosts = 0
     close = False
     for line in lines[1:]:
-        match = _HEADER_LINE.fullmatch(line)
-        if match is None:
-            return DECLINE  # obsolete folding, control or non-ASCII bytes, no colon...
-        raw_name, value = match.groups()
-        name = raw_name.lower()
+        parsed = _PARSED_LINES.get(line)
+        if parsed is None:
+            match = _HEADER_LINE.fullmatch(line)
+            if match is None:
+                return DECLINE  # obsolete folding, control or non-ASCII bytes, no colon...
+            raw_name, value = match.groups()
+            parsed = (raw_name.lower(), value)
+            if len(line) <= MAX_PARSED_LINE_BYTES:
+                if len(_PARSED_LINES) >= MAX_PARSED_LINES:
+                    _PARSED_LINES.clear()
+                _PARSED_LINES[line] = parsed
+        name, value = parsed
         if name in _H11_ONLY:
             return DECLINE
         if name == b"content-length":

@@ -24,8 +24,9 @@ shape (HTTP/1.1, plain header lines, a ``Content-Length`` body or none) is read 
 :mod:`localkube.http_head` in one pass; any other goes to an ``h11.Connection`` made for
 that request cycle and fed the unread bytes, which then decides exactly as before.
 
-HTTP/1.1 keep-alive (idle connections close after :data:`KEEP_ALIVE_SECONDS`; HTTP/1.0
-and ``Connection: close`` end after one response), ``Expect: 100-continue`` honoured, no
+HTTP/1.1 keep-alive (idle connections close after :data:`KEEP_ALIVE_SECONDS`, by one timer
+task per connection rather than a cancel scope per request; HTTP/1.0 and
+``Connection: close`` end after one response), ``Expect: 100-continue`` honoured, no
 upgrades. Malformed requests get h11's suggested status (400, 431, ...) and the
 connection closes. Sends after the client went away are dropped silently, as ASGI servers
 do; the connection then closes. TLS comes from the caller's context (the API server's:
@@ -96,6 +97,23 @@ def _header_line(name: bytes, value: bytes) -> bytes:
     return name + b": " + value + b"\r\n"
 
 
+_RECURRING = frozenset({b"content-type", b"cache-control"})
+_LINES: dict[tuple[bytes, bytes], bytes] = {}
+"""Checked header lines of the app's recurring headers (content-type, cache-control)."""
+MAX_CACHED_LINES = 256
+
+
+def _cached_header_line(name: bytes, value: bytes) -> bytes:
+    """:func:`_header_line`, kept for header pairs that recur (the app sends few distinct)."""
+    line = _LINES.get((name, value))
+    if line is None:
+        line = _header_line(name, value)
+        if len(_LINES) >= MAX_CACHED_LINES:
+            _LINES.clear()
+        _LINES[(name, value)] = line
+    return line
+
+
 def _wants_close(request: h11.Request) -> bool:
     """Whether the request ends its connection (HTTP/1.0, or ``Connection: close``)."""
     if request.http_version != b"1.1":
@@ -135,6 +153,8 @@ class _Exchange:
         self.sent_length = 0
         self.continue_sent = False
         # per connection
+        self.idle = trio.CancelScope()  # the connection's scope (set by serve())
+        self.waiting_since: float | None = None  # trio time the wait for a request began
         self.peer_gone = False
         self.broken = False
 
@@ -164,11 +184,16 @@ class _Exchange:
         """The next request's head: fast path, or h11's; None once the connection ends."""
         found = read_head(self.buffer, max_head_bytes=MAX_HEAD_BYTES)
         if found is NEED_MORE:  # the usual case: wait for the next request
-            with trio.move_on_after(KEEP_ALIVE_SECONDS):
+            # _close_when_idle ends the connection if this wait lasts too long (a cancel
+            # scope or deadline per request would cost more than the request's parsing)
+            self.waiting_since = trio.current_time()
+            try:
                 while found is NEED_MORE and await self._receive_into_buffer():
                     found = read_head(self.buffer, max_head_bytes=MAX_HEAD_BYTES)
-            if found is NEED_MORE and not self.eof:
-                return None  # idle too long
+            finally:
+                self.waiting_since = None
+            if self.idle.cancel_called:
+                return None  # the idle limit passed as the request arrived: close
         if isinstance(found, Head):
             del self.buffer[: found.size]
             self.body_left = found.content_length
@@ -188,7 +213,41 @@ class _Exchange:
         return None
 
     async def serve(self) -> None:
-        """Serve requests until the peer closes, the idle timeout passes or an error ends it."""
+        """Serve requests until the peer closes, the idle timeout passes or an error ends it.
+
+        Raises:
+            h11.RemoteProtocolError: a malformed request (the caller answers it).
+            trio.BrokenResourceError, trio.ClosedResourceError: the connection failed.
+        """
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            self.idle = nursery.cancel_scope
+            nursery.start_soon(self._close_when_idle)
+            try:
+                await self._serve_requests()
+            except Exception as exc:  # raised below, outside the nursery's exception group
+                error = exc
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    async def _close_when_idle(self) -> None:
+        """Cancel :attr:`idle` once the wait for a request has lasted KEEP_ALIVE_SECONDS.
+
+        Wakes about once per KEEP_ALIVE_SECONDS: the time a wait began is all a request
+        records (:attr:`waiting_since`; None while a request is being served).
+        """
+        while True:
+            since = self.waiting_since
+            now = trio.current_time()
+            if since is not None and now >= since + KEEP_ALIVE_SECONDS:
+                self.idle.cancel()
+                return
+            await trio.sleep_until(
+                now + KEEP_ALIVE_SECONDS if since is None else since + KEEP_ALIVE_SECONDS
+            )
+
+    async def _serve_requests(self) -> None:
         while True:
             self._reset(keep_alive=True, head_request=False)  # no response in this cycle yet
             request = await self._read_request()
@@ -342,7 +401,10 @@ class _Exchange:
                 if b"close" in bytes(value).lower():
                     self.keep_alive = False
                 continue
-            lines.append(_header_line(name, bytes(value)))
+            elif name in _RECURRING:
+                lines.append(_cached_header_line(name, bytes(value)))
+            else:
+                lines.append(_header_line(name, bytes(value)))
         if self.declared_length is not None:
             lines.append(b"content-length: %d\r\n" % self.declared_length)
         self.bodyless = self.head_request or status < 200 or status in (204, 304)

@@ -35,6 +35,19 @@ CM_KEY = "/configmaps"
 ROOT_CA = "kube-root-ca.crt"
 
 
+def _concerns_namespaces(event: storage.StoredEvent) -> bool:
+    """Whether the namespace controller acts on ``event``.
+
+    Namespaces themselves; the default ServiceAccount and ConfigMap it keeps in each
+    namespace; and any deletion in a namespace (a terminating namespace finishes once it is
+    empty). Other writes (a Run's status, a Pod's) do not wake it.
+    """
+    rkey, namespace, _ = event.key
+    return rkey == NS_KEY or (
+        bool(namespace) and (event.type == "DELETED" or rkey in (SA_KEY, CM_KEY))
+    )
+
+
 class NamespaceLifecycle:
     """The namespace controller.
 
@@ -67,7 +80,7 @@ class NamespaceLifecycle:
         """
         started = False
         while True:
-            with self.store.subscribe(None) as (_, channel):
+            with self.store.subscribe(None, accept=_concerns_namespaces) as (_, channel):
                 for ns in self.store.list(NS_KEY):
                     self._safe(ns["metadata"]["name"])
                 if not started:
@@ -85,7 +98,7 @@ class NamespaceLifecycle:
                         if rkey == NS_KEY:
                             if event.type != "DELETED":
                                 touched[name] = None
-                        elif namespace and (event.type == "DELETED" or rkey in (SA_KEY, CM_KEY)):
+                        elif namespace:
                             touched[namespace] = None
                     for namespace in touched:
                         self._safe(namespace)

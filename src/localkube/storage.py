@@ -34,7 +34,7 @@ import json
 import os
 import sqlite3
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,9 +66,13 @@ class Gone(StoreError):
     """The requested revision is older than the retained event history."""
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""Built once: ``json.dumps`` with these options builds a new encoder on every call."""
+
+
 def encode(obj: Any) -> bytes:
     """Encode a JSON value compactly (the one encoder used for storage and the wire)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 @dataclass
@@ -91,17 +95,21 @@ class StoredEvent:
     obj: dict[str, Any]
     old: dict[str, Any] | None
     encoded: bytes | None = field(default=None, repr=False)
-    _lines: dict[str, bytes] = field(default_factory=dict, repr=False)
+    _lines: dict[tuple[str, str], bytes] = field(default_factory=dict, repr=False)
 
-    def line(self, api_version: str | None = None) -> bytes:
+    def line(self, api_version: str | None = None, event_type: str | None = None) -> bytes:
         """Return the watch line ``{"type":...,"object":...}\\n``, encoded once and cached.
 
         Args:
             api_version: rewrite ``apiVersion`` (serving another version of the kind);
                 None keeps the stored one.
+            event_type: the type a watcher sees, when not :attr:`type` (an object that
+                starts or stops matching a selector arrives as ADDED or DELETED); the
+                object's bytes are the same.
         """
         version = api_version or self.obj.get("apiVersion", "")
-        cached = self._lines.get(version)
+        kind = event_type or self.type
+        cached = self._lines.get((kind, version))
         if cached is None:
             obj = self.obj
             data = self.encoded
@@ -110,8 +118,8 @@ class StoredEvent:
                 data = None
             if data is None:
                 data = encode(obj)
-            cached = b'{"type":"' + self.type.encode() + b'","object":' + data + b"}\n"
-            self._lines[version] = cached
+            cached = b'{"type":"' + kind.encode() + b'","object":' + data + b"}\n"
+            self._lines[(kind, version)] = cached
         return cached
 
 
@@ -274,6 +282,7 @@ class _Subscriber:
     namespace: str | None
     send: trio.MemorySendChannel[StoredEvent]
     overflowed: bool = False
+    accept: Callable[[StoredEvent], bool] | None = None
 
 
 class Store:
@@ -519,6 +528,8 @@ class Store:
                 continue
             if sub.namespace is not None and sub.namespace != ns:
                 continue
+            if sub.accept is not None and not sub.accept(event):
+                continue
             try:
                 sub.send.send_nowait(event)
             except trio.WouldBlock:
@@ -570,6 +581,7 @@ class Store:
         namespace: str | None = None,
         *,
         since: int | None = None,
+        accept: Callable[[StoredEvent], bool] | None = None,
     ) -> Iterator[tuple[builtins.list[StoredEvent], trio.MemoryReceiveChannel[StoredEvent]]]:
         """Subscribe to future events, atomically with a replay of past ones.
 
@@ -577,6 +589,9 @@ class Store:
             storage_key: one kind, or None for every kind (controllers).
             namespace: one namespace, or None for all.
             since: also return retained events after this revision (None: no replay).
+            accept: only events for which this returns True (replayed or later); a
+                controller that needs few of a kind's events is then not woken for the
+                rest. Called in the writer's task: it must be quick and never raise.
 
         Yields:
             ``(replay, channel)``: the replayed events and a channel of every later event.
@@ -586,8 +601,10 @@ class Store:
             Gone: ``since`` is older than the retained history.
         """
         replay = [] if since is None else self.history_since(since, storage_key, namespace)
+        if accept is not None:
+            replay = [event for event in replay if accept(event)]
         send, receive = trio.open_memory_channel[StoredEvent](self._watch_buffer)
-        sub = _Subscriber(storage_key, namespace, send)
+        sub = _Subscriber(storage_key, namespace, send, accept=accept)
         self._subscribers.append(sub)
         try:
             with receive:

@@ -112,8 +112,8 @@ class _Encoder:
     def encode(self, kind: str, obj: dict[str, Any], event: storage.StoredEvent | None) -> bytes:
         rt = self.request.rt
         if not self.request.table:
-            if event is not None and event.type == kind and not rt.conversion:
-                return event.line(rt.api_version)
+            if event is not None and not rt.conversion:
+                return event.line(rt.api_version, kind)
             return storage.encode({"type": kind, "object": for_version(rt, obj)}) + b"\n"
         body = tables.table(
             rt,

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from localkube import http_head
 from localkube.http_head import DECLINE, NEED_MORE, Head, read_head
 
 LIMIT = 64 * 1024
@@ -175,3 +176,31 @@ def test_plain_heads_take_the_fast_path(data: bytes) -> None:
     )
     if plain:
         assert isinstance(assert_same_as_h11(data), Head)
+
+
+def test_header_lines_seen_before_give_the_same_answers() -> None:
+    """Parsed lines are kept (a connection repeats them): the answers never change."""
+    token = b"Authorization: Bearer " + b"t" * 900
+    good = b"GET /a HTTP/1.1\r\nHost: x\r\n" + token + b"\r\nContent-Length: 3\r\n\r\nabc"
+    first = read_head(good, max_head_bytes=65536)
+    assert isinstance(first, Head)
+    assert read_head(good, max_head_bytes=65536) == first
+    assert (b"authorization", b"Bearer " + b"t" * 900) in first.headers
+    # a kept line does not vouch for a different one, nor for a head h11 must take
+    assert read_head(good.replace(b"t" * 900, b"t\x01" * 450), max_head_bytes=65536) is DECLINE
+    chunked = good.replace(b"Content-Length: 3", b"Transfer-Encoding: chunked")
+    assert read_head(chunked, max_head_bytes=65536) is DECLINE
+    twice = good.replace(b"Content-Length: 3\r\n", b"Content-Length: 3\r\nContent-Length: 3\r\n")
+    assert read_head(twice, max_head_bytes=65536) is DECLINE
+
+
+def test_long_header_lines_are_parsed_but_not_kept() -> None:
+    """What is kept is bounded: a line over MAX_PARSED_LINE_BYTES is parsed every time."""
+    long_line = b"X-Big: " + b"v" * http_head.MAX_PARSED_LINE_BYTES
+    head = read_head(
+        b"GET / HTTP/1.1\r\nHost: x\r\n" + long_line + b"\r\n\r\n", max_head_bytes=65536
+    )
+    assert isinstance(head, Head)
+    assert (b"x-big", b"v" * http_head.MAX_PARSED_LINE_BYTES) in head.headers
+    assert long_line not in http_head._PARSED_LINES
+    assert b"Host: x" in http_head._PARSED_LINES

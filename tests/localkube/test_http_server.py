@@ -281,6 +281,33 @@ async def test_idle_keep_alive_connection_closes_after_the_limit(
     assert trio.current_time() - start == pytest.approx(http_server.KEEP_ALIVE_SECONDS, abs=0.1)
 
 
+async def test_idle_limit_counts_from_the_last_request_and_never_cuts_a_long_response(
+    serve: Serve, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The connection's idle deadline applies only while it waits for the next request."""
+    limit = http_server.KEEP_ALIVE_SECONDS
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] != "/slow":
+            await echo_app(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await trio.sleep(2 * limit)  # a watch streaming for longer than the idle limit
+        await send({"type": "http.response.body", "body": b"done", "more_body": False})
+
+    client: Client = await serve(app)
+    await client.get("/first")
+    await trio.sleep(limit * 0.6)
+    head, body = await client.get("/slow")
+    assert (head.status_code, body) == (200, b"done")
+    await trio.sleep(limit * 0.6)  # idle, but less than the limit since the last response
+    _, body = await client.get("/again")
+    assert body.startswith(b"GET /again")
+    start = trio.current_time()
+    assert await client.stream.receive_some() == b""
+    assert trio.current_time() - start == pytest.approx(limit, abs=0.1)
+
+
 async def test_malformed_request_gets_400_and_the_connection_closes(serve: Serve) -> None:
     client: Client = await serve(echo_app)
     await client.get("/a-good-one-first")
@@ -385,6 +412,25 @@ async def test_a_header_that_would_split_the_response_is_refused_with_500(serve:
 
     client: Client = await serve(app)
     head, _ = await client.get("/x")
+    assert head.status_code == 500
+    assert b"set-cookie" not in dict(head.headers)
+
+
+async def test_recurring_headers_are_checked_whatever_was_sent_before(serve: Serve) -> None:
+    """content-type and cache-control lines are kept once checked: a bad value never is."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        kind = b"text/plain" if scope["path"] == "/good" else b"text/plain\r\nset-cookie: evil"
+        headers = [(b"content-type", kind), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    client: Client = await serve(app)
+    for _ in range(2):
+        head, _ = await client.get("/good")
+        assert (head.status_code, dict(head.headers)[b"content-type"]) == (200, b"text/plain")
+    bad: Client = await serve(app)
+    head, _ = await bad.get("/bad")
     assert head.status_code == 500
     assert b"set-cookie" not in dict(head.headers)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from localkube import storage
+from localkube import namespace_lifecycle, storage
 from localkube.deletion import Deleter
 from localkube.handlers import utc_now
 from localkube.namespace_lifecycle import CM_KEY, NS_KEY, SA_KEY, NamespaceLifecycle
@@ -55,3 +55,18 @@ async def test_a_burst_of_writes_reconciles_each_namespace_once_in_order() -> No
         assert store.get(SA_KEY, "c", "default") is not None
         assert store.get(CM_KEY, "c", "kube-root-ca.crt") is not None
         nursery.cancel_scope.cancel()
+
+
+def test_controller_is_woken_only_by_writes_it_acts_on() -> None:
+    def event(kind: str, rkey: str, namespace: str) -> storage.StoredEvent:
+        return storage.StoredEvent(kind, (rkey, namespace, "x"), 1, {"metadata": {}}, None)
+
+    concerns = namespace_lifecycle._concerns_namespaces
+    assert concerns(event("MODIFIED", NS_KEY, ""))
+    assert concerns(event("DELETED", NS_KEY, ""))
+    assert concerns(event("MODIFIED", SA_KEY, "ns"))
+    assert concerns(event("ADDED", CM_KEY, "ns"))
+    assert concerns(event("DELETED", "kruntimes.io/runs", "ns"))  # may empty a namespace
+    assert not concerns(event("MODIFIED", "kruntimes.io/runs", "ns"))  # a status write
+    assert not concerns(event("ADDED", "/pods", "ns"))
+    assert not concerns(event("DELETED", "/nodes", ""))  # cluster-scoped

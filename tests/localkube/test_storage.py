@@ -121,6 +121,21 @@ def test_event_line_is_encoded_once_and_shared() -> None:
     assert b'"apiVersion":"v2"' in event.line("v2")
 
 
+def test_event_line_for_another_event_type_reuses_the_object_bytes() -> None:
+    """A selector-filtered watcher sees a MODIFIED object that starts matching as ADDED."""
+    store = open_store(None)
+    store.create(key("a"), obj("a"))
+    with store.subscribe(None) as (_, channel):
+        store.update(key("a"), {**obj("a"), "data": {"x": "1"}})
+        event = channel.receive_nowait()
+    assert event.type == "MODIFIED"
+    added = event.line(None, "ADDED")
+    assert added == b'{"type":"ADDED","object":' + event.encoded + b"}\n"
+    assert event.line(None, "ADDED") is added
+    assert event.line().startswith(b'{"type":"MODIFIED","object":')
+    assert event.line("v2", "DELETED").startswith(b'{"type":"DELETED","object":{"apiVersion":"v2"')
+
+
 def test_committed_encoding_is_reused_for_the_watch_line_and_the_response() -> None:
     store = open_store(None)
     with store.subscribe(None) as (_, channel):
@@ -252,3 +267,22 @@ def test_sqlite_database_without_revision_column_is_upgraded(tmp_path: Path) -> 
     backend = storage.SqliteBackend(tmp_path / "db")
     assert backend.load()[0] == 8
     backend.close()
+
+
+def test_subscriber_gets_only_the_events_it_accepts_replayed_and_live() -> None:
+    store = open_store(None)
+    store.create(key("a"), obj("a"))
+    store.create(key("b"), obj("b"))
+    start = store.revision
+
+    def deletions(event: storage.StoredEvent) -> bool:
+        return event.type == "DELETED"
+
+    store.delete(key("a"))
+    with store.subscribe(None, since=start - 2, accept=deletions) as (replay, channel):
+        assert [(e.type, e.key[2]) for e in replay] == [("DELETED", "a")]
+        store.update(key("b"), {**obj("b"), "data": {"x": "1"}})
+        store.delete(key("b"))
+        assert [(e.type, e.key[2]) for e in [channel.receive_nowait()]] == [("DELETED", "b")]
+        with pytest.raises(trio.WouldBlock):
+            channel.receive_nowait()

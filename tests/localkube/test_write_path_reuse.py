@@ -18,6 +18,7 @@ from localkube import admission as admission_module
 from localkube import storage
 from localkube.access import Access
 from localkube.admission import Admission
+from localkube.auth import rbac as rbac_module
 from localkube.auth.types import RequestAttributes, UserInfo
 from localkube.deletion import Deleter
 from localkube.errors import ApiError
@@ -234,3 +235,49 @@ def test_rbac_grants_are_kept_until_rbac_objects_change(
     server.handlers.update(roles, "default", "reader", narrower)
     assert not access.authorize(alice, get("x")).allowed
     assert access.authorize(alice, get("y")).allowed
+
+
+def test_rbac_decisions_are_kept_per_verb_and_resource_not_per_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = Server()
+    access = Access(server.store, ClusterPKI.create(None, ["127.0.0.1"]).authenticator)
+    roles = server.type("rbac.authorization.k8s.io", "v1", "roles")
+    bindings = server.type("rbac.authorization.k8s.io", "v1", "rolebindings")
+    rule = {"apiGroups": [""], "resources": ["configmaps/status"], "verbs": ["update"]}
+    server.handlers.create(roles, "default", rbac_object("Role", "writer", rules=[rule]))
+    server.handlers.create(
+        bindings,
+        "default",
+        rbac_object(
+            "RoleBinding",
+            "alice-writes",
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "writer"},
+            subjects=[{"kind": "User", "name": "alice"}],
+        ),
+    )
+    decided: list[RequestAttributes] = []
+    original = rbac_module.decide
+
+    def counting(grants: rbac_module.UserGrants, attrs: RequestAttributes) -> Any:
+        decided.append(attrs)
+        return original(grants, attrs)
+
+    monkeypatch.setattr(rbac_module, "decide", counting)
+
+    def attrs(verb: str, name: str, subresource: str = "status") -> RequestAttributes:
+        return RequestAttributes(
+            verb=verb,
+            resource="configmaps",
+            subresource=subresource,
+            namespace="default",
+            name=name,
+        )
+
+    alice = user("alice")
+    assert all(access.authorize(alice, attrs("update", f"run-{n}")).allowed for n in range(5))
+    assert len(decided) == 1  # one decision for every name
+    assert not access.authorize(alice, attrs("patch", "run-0")).allowed
+    assert not access.authorize(alice, attrs("update", "run-0", subresource="")).allowed
+    assert not access.authorize(user("bob"), attrs("update", "run-0")).allowed
+    assert len(decided) == 4

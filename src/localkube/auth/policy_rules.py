@@ -54,6 +54,11 @@ def resource_matches(rule: Mapping[str, Any], resource: str, subresource: str) -
     return False
 
 
+def resource_names(rule: Mapping[str, Any]) -> Sequence[str]:
+    """Return the rule's ``resourceNames`` (strings only; empty: every name)."""
+    return _strings(rule, "resourceNames")
+
+
 def resource_name_matches(rule: Mapping[str, Any], name: str) -> bool:
     """Return whether the rule's ``resourceNames`` allow the object ``name``.
 
@@ -61,7 +66,7 @@ def resource_name_matches(rule: Mapping[str, Any], name: str) -> bool:
     requests naming one of them, so it never matches a request without a name (``list``,
     ``watch`` and ``create`` of a collection, ``deletecollection``), as in Kubernetes.
     """
-    names = _strings(rule, "resourceNames")
+    names = resource_names(rule)
     if not names:
         return True
     return bool(name) and name in names

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
+from localkube.auth import policy_rules
 from localkube.auth.aggregation import SelectorError, effective_rules
 from localkube.auth.policy_rules import rule_allows
 from localkube.auth.types import Decision, RequestAttributes, UserInfo
@@ -303,6 +304,19 @@ def user_grants(user: UserInfo, namespace: str, rbac: RbacSource) -> UserGrants:
     resolver = _Resolver(rbac)
     grants = tuple(resolver.grants(user, namespace))
     return UserGrants(grants, resolver.reason())
+
+
+def uses_resource_names(grants: UserGrants) -> bool:
+    """Whether any rule of ``grants`` lists ``resourceNames`` (decisions then depend on names).
+
+    Args:
+        grants: from :func:`user_grants`.
+    """
+    return any(
+        isinstance(rule, Mapping) and bool(policy_rules.resource_names(rule))
+        for grant in grants.grants
+        for rule in grant.rules
+    )
 
 
 def decide(grants: UserGrants, attrs: RequestAttributes) -> Decision:

@@ -43,10 +43,15 @@ def apply_defaults(
 
 
 def _default_object(value: dict[str, Any], node: SchemaNode, *, skip: frozenset[str]) -> None:
-    for key, child in node.properties.items():
+    defaulted = node.defaulted_properties
+    if defaulted is None:
+        defaulted = node.defaulted_properties = tuple(
+            (key, child) for key, child in node.properties.items() if child.has_default
+        )
+    for key, child in defaulted:
         if key in skip:
             continue
-        if child.has_default and (key not in value or (value[key] is None and not child.nullable)):
+        if key not in value or (value[key] is None and not child.nullable):
             value[key] = copy.deepcopy(child.default)
     additional = node.additional if isinstance(node.additional, SchemaNode) else None
     for key in list(value):
@@ -62,4 +67,6 @@ def _default_object(value: dict[str, Any], node: SchemaNode, *, skip: frozenset[
             elif not child_node.nullable:
                 del value[key]
                 continue
-        apply_defaults(value[key], child_node)
+        item = value[key]
+        if isinstance(item, dict | list):
+            apply_defaults(item, child_node)

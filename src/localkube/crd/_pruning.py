@@ -16,11 +16,16 @@ from typing import Any
 
 from localkube.crd._schema import SchemaNode
 
-ENVELOPE = ("apiVersion", "kind", "metadata")
+ENVELOPE = frozenset({"apiVersion", "kind", "metadata"})
 
 
 def prune(
-    value: Any, node: SchemaNode, *, root: bool = False, trusted: frozenset[str] = frozenset()
+    value: Any,
+    node: SchemaNode,
+    *,
+    root: bool = False,
+    trusted: frozenset[str] = frozenset(),
+    share_envelope: bool = False,
 ) -> Any:
     """Return a pruned deep copy of ``value`` under ``node``.
 
@@ -30,14 +35,21 @@ def prune(
         root: whether ``value`` is the whole object (keeps ``apiVersion``/``kind``/``metadata``).
         trusted: properties of ``value`` already pruned under this schema (read-only
             values): shared as they are, not copied.
+        share_envelope: with ``root``, share the root's ``apiVersion``, ``kind`` and
+            ``metadata`` instead of copying them (the caller keeps the request's own).
     """
     if isinstance(value, dict):
-        return _prune_object(value, node, keep_envelope=root or node.embedded, trusted=trusted)
+        return _prune_object(
+            value,
+            node,
+            keep_envelope=root or node.embedded,
+            trusted=trusted | ENVELOPE if root and share_envelope else trusted,
+        )
     if isinstance(value, list):
         if node.items is None:
             return copy.deepcopy(value)
         items = node.items
-        return [prune(item, items) for item in value]
+        return [prune(item, items) if isinstance(item, dict | list) else item for item in value]
     return value
 
 
@@ -56,10 +68,10 @@ def _prune_object(
             result[key] = item
         elif keep_envelope and key in ENVELOPE:
             result[key] = copy.deepcopy(item)
-        elif child is not None:
-            result[key] = prune(item, child)
+        elif child is not None:  # (scalars are kept as they are: no call for them)
+            result[key] = prune(item, child) if isinstance(item, dict | list) else item
         elif isinstance(additional, SchemaNode):
-            result[key] = prune(item, additional)
+            result[key] = prune(item, additional) if isinstance(item, dict | list) else item
         elif additional is True or node.preserve_unknown:
             result[key] = copy.deepcopy(item)
     return result

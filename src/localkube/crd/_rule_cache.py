@@ -16,6 +16,8 @@ ABSENT = "\x00absent"
 """The oldSelf key of a transition rule evaluated without an old value."""
 MAX_CACHED_VALUE_CHARS = 16 * 1024
 SUBTREE_PROBES = 32
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""Built once (``json.dumps`` with options builds an encoder per call)."""
 
 
 def canonical_json(value: Any) -> str | None:
@@ -23,7 +25,7 @@ def canonical_json(value: Any) -> str | None:
 
     Key order is kept (not sorted): CEL map iteration follows it.
     """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = _ENCODER.encode(value)
     return text if len(text) <= MAX_CACHED_VALUE_CHARS else None
 
 
@@ -77,7 +79,7 @@ class ValueKeys:
                 if type(item) is str:
                     cached = (item, len(item))
                 else:
-                    text = json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+                    text = _ENCODER.encode(item)
                     cached = ((text,), len(text))
             self._fields[name] = cached
         return cached

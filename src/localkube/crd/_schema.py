@@ -77,8 +77,10 @@ class SchemaNode:
     ``additionalProperties: true`` and ``None`` when unset or ``false``. ``rules`` holds
     the compiled ``x-kubernetes-validations`` and ``rules_below`` tells whether this node or
     any node under it has one (both filled in by the validator). ``enum_strings`` are the
-    string members of ``enum``; ``pattern_results`` memoizes ``pattern`` matches. ``path`` is
-    the node's location inside ``openAPIV3Schema`` for CRD-time messages.
+    string members of ``enum``; ``pattern_results`` and ``format_results`` memoize ``pattern``
+    and ``format`` checks; ``defaulted_properties`` lists the properties with a ``default``
+    (filled in on first use). ``path`` is the node's location inside ``openAPIV3Schema`` for
+    CRD-time messages.
     """
 
     path: str
@@ -92,6 +94,8 @@ class SchemaNode:
     pattern: str | None = None
     pattern_re: Any = None
     pattern_results: dict[str, bool] = field(default_factory=dict)
+    format_results: dict[str, bool] = field(default_factory=dict)
+    defaulted_properties: tuple[tuple[str, SchemaNode], ...] | None = None
     format: str | None = None
     min_length: int | None = None
     max_length: int | None = None

@@ -78,7 +78,8 @@ class CRDValidator:
 
         Args:
             obj: the decoded request body (any JSON value is tolerated; a non-object gets a
-                type error). It is not modified.
+                type error). It is not modified; the result shares its ``apiVersion``,
+                ``kind`` and ``metadata`` values (not copied).
             old: the current stored object on update, else None.
 
         Returns:
@@ -87,7 +88,9 @@ class CRDValidator:
         """
         node = self._root
         trusted = self._trusted(obj)
-        new_obj: Any = prune(obj, node, root=True, trusted=trusted)
+        # the root's metadata is shared, not copied: admission keeps the request's own
+        # metadata object anyway, and nothing below changes it
+        new_obj: Any = prune(obj, node, root=True, trusted=trusted, share_envelope=True)
         apply_defaults(new_obj, node, root=True, trusted=trusted)
         errors = validate_value(new_obj, node, "", root=True, trusted=trusted)
         if any(e.reason in BLOCKING_REASONS for e in errors):

@@ -113,6 +113,16 @@ def _type_ok(actual: str, node: SchemaNode) -> bool:
     return actual == node.type
 
 
+#: JSON types of the decoded values whose type alone decides (ints need a range check).
+_PLAIN_TYPES: dict[type, str] = {
+    str: "string",
+    dict: "object",
+    list: "array",
+    bool: "boolean",
+    float: "number",
+}
+
+
 def _validate(
     value: Any,
     node: SchemaNode,
@@ -122,17 +132,24 @@ def _validate(
     root: bool = False,
     trusted: frozenset[str] = frozenset(),
 ) -> None:
-    actual = json_type(value)
+    actual = _PLAIN_TYPES.get(type(value)) or json_type(value)
     if value is None:
         if not node.nullable and (node.type is not None or node.int_or_string):
             errors.append(_type_error(path, node, actual))
         return
-    if not _type_ok(actual, node):
+    if (node.type != actual or node.int_or_string) and not _type_ok(actual, node):
         errors.append(_type_error(path, node, actual))
         return
-    _validate_junctors(value, node, path, errors)
+    if node.all_of or node.any_of or node.one_of or node.not_ is not None:
+        _validate_junctors(value, node, path, errors)
     if actual == "string":
-        _validate_string(value, node, path, errors)
+        if (
+            node.max_length is not None
+            or node.min_length is not None
+            or node.pattern_re is not None
+            or node.format is not None
+        ):
+            _validate_string(value, node, path, errors)
     elif actual in ("integer", "number"):
         _validate_number(value, node, path, errors)
     elif actual == "array":
@@ -151,7 +168,8 @@ def _in_enum(value: Any, node: SchemaNode) -> bool:
 
 
 MAX_PATTERN_RESULTS = 4096
-"""Match results kept per schema pattern (values recur: condition types, reasons, names)."""
+"""Match (and format check) results kept per schema node (values recur: condition types,
+reasons, names, the timestamps a status write repeats)."""
 MAX_PATTERN_RESULT_CHARS = 256
 
 
@@ -160,6 +178,20 @@ def _matches_pattern(value: str, node: SchemaNode) -> bool:
     found = results.get(value)
     if found is None:
         found = node.pattern_re.search(value) is not None
+        if len(value) <= MAX_PATTERN_RESULT_CHARS:
+            if len(results) >= MAX_PATTERN_RESULTS:
+                results.clear()
+            results[value] = found
+    return found
+
+
+def _has_format(value: str, node: SchemaNode) -> bool:
+    """:func:`check_format` for ``node.format``, memoized per node as pattern matches are."""
+    results = node.format_results
+    found = results.get(value)
+    if found is None:
+        assert node.format is not None
+        found = check_format(node.format, value)
         if len(value) <= MAX_PATTERN_RESULT_CHARS:
             if len(results) >= MAX_PATTERN_RESULTS:
                 results.clear()
@@ -221,21 +253,26 @@ def _fewest(results: list[list[FieldError]]) -> list[FieldError]:
 
 
 def _validate_string(value: str, node: SchemaNode, path: str, errors: list[FieldError]) -> None:
-    name = path or "."
-    field = field_of(path)
+    # (the field and its printed name are built only for an error)
     if node.max_length is not None and len(value) > node.max_length:
-        errors.append(fe.too_long(field, node.max_length))
+        errors.append(fe.too_long(field_of(path), node.max_length))
     if node.min_length is not None and len(value) < node.min_length:
         errors.append(
             fe.invalid(
-                field, value, f"{name} in body should be at least {node.min_length} chars long"
+                field_of(path),
+                value,
+                f"{path or '.'} in body should be at least {node.min_length} chars long",
             )
         )
     if node.pattern_re is not None and not _matches_pattern(value, node):
-        errors.append(fe.invalid(field, value, f"{name} in body should match '{node.pattern}'"))
-    if node.format is not None and not check_format(node.format, value):
-        detail = f"{name} in body must be of type {node.format}: {fe.go_quote(value)}"
-        errors.append(fe.type_invalid(field, value, detail))
+        errors.append(
+            fe.invalid(
+                field_of(path), value, f"{path or '.'} in body should match '{node.pattern}'"
+            )
+        )
+    if node.format is not None and not _has_format(value, node):
+        detail = f"{path or '.'} in body must be of type {node.format}: {fe.go_quote(value)}"
+        errors.append(fe.type_invalid(field_of(path), value, detail))
 
 
 def _num(limit: float | int) -> str:
@@ -319,11 +356,22 @@ def _check_set(value: list[Any], path: str, errors: list[FieldError]) -> None:
 def _check_map_list(
     value: list[Any], keys: tuple[str, ...], path: str, errors: list[FieldError]
 ) -> None:
+    # keys made of strings (condition types, names: the usual case) are compared in a set;
+    # any other key by JSON equality (which keeps 1, 1.0 and true apart as Go does); the
+    # two kinds never equal each other
+    seen_strings: set[tuple[Any, ...]] = set()
     seen: list[dict[str, Any]] = []
     for index, item in enumerate(value):
         if not isinstance(item, dict):
             continue
-        key_values = {k: item.get(k) for k in keys}
+        parts = tuple(item.get(k) for k in keys)
+        if all(part is None or type(part) is str for part in parts):
+            duplicate = parts in seen_strings
+            seen_strings.add(parts)
+            if duplicate:
+                errors.append(fe.duplicate(f"{path}[{index}]", dict(zip(keys, parts, strict=True))))
+            continue
+        key_values = dict(zip(keys, parts, strict=True))
         if any(json_equal(key_values, s) for s in seen):
             errors.append(fe.duplicate(f"{path}[{index}]", key_values))
         else:
@@ -339,16 +387,14 @@ def _validate_object(
     root: bool,
     trusted: frozenset[str] = frozenset(),
 ) -> None:
-    name = path or "."
-    field = field_of(path)
     if node.max_properties is not None and len(value) > node.max_properties:
-        errors.append(fe.too_many(field, len(value), node.max_properties))
+        errors.append(fe.too_many(field_of(path), len(value), node.max_properties))
     if node.min_properties is not None and len(value) < node.min_properties:
         errors.append(
             fe.invalid(
-                field,
+                field_of(path),
                 node.min_properties,
-                f"{name} in body should have at least {node.min_properties} properties",
+                f"{path or '.'} in body should have at least {node.min_properties} properties",
             )
         )
     for key in node.required:

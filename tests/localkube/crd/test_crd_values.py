@@ -318,6 +318,39 @@ def test_list_type_map_duplicate_keys() -> None:
     )
 
 
+def test_list_type_map_keys_compare_as_json_values() -> None:
+    """String keys (the set shortcut) and other keys: "1", 1 and true are all different."""
+    props = {
+        "ports": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name", "port"],
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "port": {"x-kubernetes-int-or-string": True},
+                },
+            },
+        }
+    }
+    distinct = [
+        {"name": "a", "port": "1"},
+        {"name": "a", "port": 1},
+        {"name": "a"},
+        {"name": "b", "port": "1"},
+        {"port": 2},
+    ]
+    assert admit_spec(props, {"ports": distinct}) == []
+    twice = [*distinct, {"name": "a", "port": 1}, {"name": "a", "port": "1"}, {"name": "a"}]
+    errors = admit_spec(props, {"ports": twice})
+    assert [(e.field, e.message) for e in errors] == [
+        ("spec.ports[5]", 'Duplicate value: {"name":"a","port":1}'),
+        ("spec.ports[6]", 'Duplicate value: {"name":"a","port":"1"}'),
+        ("spec.ports[7]", 'Duplicate value: {"name":"a","port":null}'),
+    ]
+
+
 def test_list_type_atomic_allows_duplicates() -> None:
     props = {
         "l": {"type": "array", "x-kubernetes-list-type": "atomic", "items": {"type": "string"}}
