@@ -428,7 +428,7 @@ def report_figures(result: dict[str, Any]) -> list[dict[str, Any]]:
             "baseline": "kr8s call_api + httpx path",
             "baseline_value": result["cpu_ms_per_op"]["kr8s"][op],
         }
-        if op != "watch_event":  # a watch event's CPU is mostly trio's TLS receive
+        if op != "watch_event":  # a watch event's CPU is mostly TLS decryption and JSON
             figure.update(target=0.5, target_op="<=", target_of="ratio")
         figures.append(figure)
     return figures

@@ -4,7 +4,9 @@ What is here (import from the modules; this package re-exports nothing):
 
 * :mod:`~krt.kube.client`: :func:`~krt.kube.client.connect` and :class:`~krt.kube.client.Kube`,
   typed REST verbs over plain dicts (kr8s supplies config, auth and TLS).
-* :mod:`~krt.kube.http11`: the keep-alive HTTP/1.1 pool (h11 on trio) the client sends over.
+* :mod:`~krt.kube.http11`: the keep-alive HTTP/1.1 pool the client sends over (usual
+  responses read by :mod:`~krt.kube.http11_response`, others by h11; TLS by
+  :mod:`krt.tls_stream`).
 * :mod:`~krt.kube.interface`: :class:`~krt.kube.interface.KubeClient`, the Protocol the
   rest depends on (so controller tests can pass a fake of our wrapper).
 * :mod:`~krt.kube.errors`: one exception class per Kubernetes Status reason.

@@ -17,7 +17,8 @@ pays this client's CPU per request on a 2-core budget (issues 6 and 8), and
 ``bench/kube_client.py`` measured kr8s + httpx + httpcore at 2.2-2.7x the CPU of the same
 request over :mod:`krt.kube.http11` (prebuilt absolute targets and headers, one send per
 request, h11 parsing; 0.33-0.37 ms instead of 0.87-0.95 ms for a status PUT on loopback
-TLS). The
+TLS), and less again since its responses of the usual shape are read without h11 over a
+lean TLS stream (:mod:`krt.tls_stream`; see :mod:`krt.kube.http11` for the figures). The
 pool is built from kr8s's own settings (server URL, ``ssl.SSLContext``, TLS server name),
 credentials are read from kr8s (``auth.token``) and reloaded through kr8s
 (``auth.reauthenticate()``) on a 401. kr8s's session stays available (:attr:`Kube.api`) for

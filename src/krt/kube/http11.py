@@ -1,4 +1,4 @@
-"""A keep-alive HTTP/1.1 connection pool for the API server hot path (h11 parses, we frame).
+"""A keep-alive HTTP/1.1 connection pool for the API server hot path.
 
 Why not httpx here: ``bench/kube_client.py`` measured the client CPU of one API request
 (loopback TLS to localkube, a Run-sized object, this 2-core machine under load) at
@@ -9,9 +9,13 @@ scan and separate TLS writes for head and body) is most of the cost, so "bypass 
 httpx" saves little. The same exchange over this pool takes 0.27-0.39 ms (create, GET and
 status PUT 2.2-2.7x cheaper than the kr8s path in the same run): the request head is
 written here from headers validated once (:func:`check_header`), head and body leave in ONE
-``send_all`` (one TLS record, one syscall), and the response is parsed by h11 (a well-kept
-sans-I/O library: framing, chunked bodies, keep-alive rules), whose client state machine is
-moved past the request with a prebuilt minimal request of the same method.
+``send_all`` (one TLS record, one syscall), and the response is read by
+:mod:`~krt.kube.http11_response` when it has the usual shape (an ``HTTP/1.1`` final status,
+a ``Content-Length`` or chunked body) and by h11 (a well-kept sans-I/O library) otherwise.
+TLS is :class:`krt.tls_stream.TlsStream` (shared with localkube's API server), not
+``trio.SSLStream``. Together these took a status PUT from 0.28 to 0.17 ms of client CPU and
+a watch event received from 0.18-0.20 to 0.11-0.13 ms (``bench/kube_client.py``, same hour;
+callgrind: 1.05M -> 0.56-0.59M instructions per PUT, 415K -> 243K per watch event).
 
 kr8s keeps doing what it does well (kubeconfig, exec/token/certificate auth, the TLS
 context); :mod:`krt.kube.client` hands this pool kr8s's ``ssl.SSLContext``, server URL and
@@ -36,6 +40,7 @@ callers' trio cancel scopes.
 Layout: this module is the pool and the public surface; its parts live beside it, one job
 each: :mod:`~krt.kube.http11_framing` (origin, header checks, request heads; no I/O),
 :mod:`~krt.kube.http11_connection` (one connection's exchange and a streamed response),
+:mod:`~krt.kube.http11_response` (response heads and chunked bodies; no I/O),
 :mod:`~krt.kube.http11_dial` (TCP, proxy tunnel and TLS under the connect deadline) and
 :mod:`~krt.kube.http11_errors` (:class:`TransportError` and the wording of failures).
 """
@@ -47,7 +52,6 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Final
 
-import h11
 import trio
 
 from krt.kube.http11_connection import Connection, StreamedResponse
@@ -189,18 +193,10 @@ class Http11Pool:
             clean = False
             try:
                 await connection.send_request(method, head, body)
-                status = 0
-                chunks: list[bytes] = []
-                while True:
-                    event = await connection.next_event()
-                    if type(event) is h11.Data:
-                        chunks.append(bytes(event.data))
-                    elif type(event) is h11.Response:
-                        status = event.status_code
-                    elif type(event) is h11.EndOfMessage:
-                        break
+                status, _ = await connection.read_head()
+                content = await connection.read_body()
                 clean = True
-                return status, b"".join(chunks)
+                return status, content
             except (*BROKEN, TransportError) as exc:
                 stale = connection.reused and not connection.received
                 if retried or not stale or method not in _RETRYABLE_METHODS:
@@ -230,12 +226,10 @@ class Http11Pool:
         try:
             try:
                 await connection.send_request(method, head, None)
-                event = await connection.next_event()
-                while not isinstance(event, h11.Response):  # pragma: no cover - h11 order
-                    event = await connection.next_event()
+                status, response_headers = await connection.read_head()
             except BROKEN as exc:
                 raise TransportError(describe_failure(exc)) from exc
-            response = StreamedResponse(connection, event.status_code, list(event.headers))
+            response = StreamedResponse(connection, status, response_headers)
             yield response
         finally:
             self._release(connection, reuse=response is not None and response.complete)
@@ -292,8 +286,7 @@ class Http11Pool:
             self._active.discard(connection)
             self._limit.release()
         if reuse and not self.closed and connection.is_reusable():
-            connection.h11.start_next_cycle()
-            connection.reused = False
+            connection.next_cycle()
             connection.idle_since = trio.current_time()
             self._idle.append(connection)
         else:

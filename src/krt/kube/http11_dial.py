@@ -18,6 +18,7 @@ import trio
 from krt.kube.http11_connection import RECEIVE_BYTES, Connection
 from krt.kube.http11_errors import BROKEN, TransportError, describe_failure
 from krt.kube.http11_framing import Origin
+from krt.tls_stream import TlsStream
 
 __all__ = ["open_connection"]
 
@@ -86,9 +87,7 @@ async def _open(
     stream: trio.abc.Stream = tcp
     if origin.tls:
         assert ssl_context is not None
-        tls = trio.SSLStream(
-            tcp, ssl_context, server_hostname=server_hostname, https_compatible=True
-        )
+        tls = TlsStream(tcp, ssl_context, server_side=False, server_hostname=server_hostname)
         try:
             await tls.do_handshake()
         except BROKEN as exc:
