@@ -386,12 +386,7 @@ class UnaryConnection:
         signature = call.method.signature
         name = f"{request.service_name}/{request.method_name}"
         try:
-            if call.message is None:
-                raise ProtocolError("Expected one message, got zero")
-            if call.messages > 1:
-                raise ProtocolError("Expected one message, got multiple")
-            message = signature.request_type.FromString(call.message)
-            coroutine = call.method.method_fn(message, request=request)
+            coroutine = call.method.method_fn(_decode_request(call), request=request)
             try:
                 coroutine.send(None)
             except StopIteration as done:
@@ -457,12 +452,7 @@ class UnaryConnection:
         request = call.request
         signature = call.method.signature
         try:
-            if call.message is None:
-                raise ProtocolError("Expected one message, got zero")
-            if call.messages > 1:
-                raise ProtocolError("Expected one message, got multiple")
-            message = signature.request_type.FromString(call.message)
-            response = await call.method.method_fn(message, request=request)
+            response = await call.method.method_fn(_decode_request(call), request=request)
             return bytes(response.SerializeToString()), None
         except Exception as error:
             name = f"{request.service_name}/{request.method_name}"
@@ -557,3 +547,17 @@ def _deadline_status(call: _Call) -> Status:
         StatusCode.DEADLINE_EXCEEDED,
         f"the call's deadline (grpc-timeout {call.timeout:g} s) passed before it finished",
     )
+
+
+def _decode_request(call: _Call) -> Any:
+    """The call's one request message, decoded.
+
+    Raises:
+        ProtocolError: the call carried no message or more than one (a unary call has one).
+        google.protobuf.message.DecodeError: the message does not decode as the request type.
+    """
+    if call.message is None:
+        raise ProtocolError("Expected one message, got zero")
+    if call.messages > 1:
+        raise ProtocolError("Expected one message, got multiple")
+    return call.method.signature.request_type.FromString(call.message)
