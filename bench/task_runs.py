@@ -27,15 +27,17 @@ start worker, Execute, the first sighting of the finished execution, the termina
 used during the burst (``/proc``; ``localkube+bench`` is this process: API server, node and
 client together), and how many Runtime Server calls (Status, Execute, List, Forget, ...) each
 runtimed's task lifecycle made per Run (its ``/metrics``). Every client (this one included) keeps its idle connections alive
-(``krt.kube.client``), and this one opens ``--concurrency`` connections before the burst, so
-its creates pay no TLS handshake at the API server.
+(``krt.kube.client``), and this one opens ``--concurrency`` connections, plus one for its own
+informer's watch, before the burst, so its creates pay no TLS handshake at the API server.
 
 Targets (issue 6): complete p50 under 150 ms and over 40 Runs/s on this machine (published
 Go kruntimes figure on kind: p50 580 ms, 11.3 Runs/s).
 
 Usage: ``.venv/bin/python bench/task_runs.py [--runs 50] [--pods 2] [--capacity 64]
 [--concurrency 25] [--json]``
-``--quick`` is a short run; ``--report-json PATH`` writes the figures for bench/report.py;
+``--quick`` is a short run; ``--sequential`` creates each Run only once the previous one has
+ended (with ``--concurrency 1``: the latency of one Run on an idle, warm cluster, without the
+first Run's one-off costs); ``--report-json PATH`` writes the figures for bench/report.py;
 ``--mark-burst PATH`` writes the burst's start time for an external profiler.
 """
 
@@ -112,7 +114,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             )
             pods = await wait_runtime_ready(kube, "bash", args.pods, within=120)
             await trio.sleep(1.0)  # let heartbeats and the scheduler's caches settle
-            await warm_client_pool(kube, args.concurrency)
+            # one more for the informer's watch, which holds a connection for the whole burst
+            await warm_client_pool(kube, args.concurrency + 1)
             calls_before = await server_calls(pods)
             cpu_before = cpu_by_program()
             if args.mark_burst:  # for external profilers: the burst starts now
@@ -121,6 +124,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             finished: dict[str, dict[str, Any]] = {}
             bench_seen: dict[str, datetime] = {}
             all_done = trio.Event()
+            run_ended: dict[str, trio.Event] = {}  # --sequential: each create waits for its end
             informer = Informer(kube, RUNS, namespace=NS)
 
             def on_run(event: InformerEvent) -> None:
@@ -130,6 +134,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     bench_seen.setdefault(name, datetime.now(UTC))
                 if status.get("phase") in TERMINAL:
                     finished[event.obj["metadata"]["name"]] = event.obj
+                    ended = run_ended.get(name)
+                    if ended is not None:
+                        ended.set()
                     if len(finished) >= args.runs:
                         all_done.set()
 
@@ -139,8 +146,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             async def create(index: int) -> None:
                 async with limiter:
                     name = f"bench-{index:04d}"
+                    run_ended[name] = trio.Event()
                     created[name] = datetime.now(UTC)
                     await kube.create(RUNS, task_run(name, "bash", "exit 0\n"))
+                    if args.sequential:
+                        await run_ended[name].wait()
 
             async with trio.open_nursery() as nursery:
                 await nursery.start(informer.run)
@@ -343,6 +353,11 @@ def main() -> None:
         "--inprocess-controlplane",
         action="store_true",
         help="run the control plane inside the benchmark process (default: its own process)",
+    )
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="create each Run only once the one before has ended (warm, idle per-Run latency)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="short run: 10 Runs, capacity 16")

@@ -180,7 +180,10 @@ class TaskTimings:
         execute: one Execute call (the start worker).
         prepare: one source preparation (git checkout included).
         rleg_period: longest RLEG ``List`` period while executions are observed.
-        rleg_min_period: shortest RLEG period (right after a start or a change).
+        rleg_min_period: shortest RLEG period (right after a start or a change); a trivial
+            task (bash ``exit 0``: ~2 ms from Execute to its exit on an idle Pod) is seen
+            finished by the first List or the next (issue 6: at 10 ms this wait was half
+            of an idle Run's latency).
         sweep_period: period of the orphan sweep.
         forget_wait: how long a worker waits for an execution it must forget to stop.
         follow_period: how often the output of running executions is read and its new
@@ -193,7 +196,7 @@ class TaskTimings:
     execute: float = 30.0
     prepare: float = 300.0
     rleg_period: float = 0.2
-    rleg_min_period: float = 0.01
+    rleg_min_period: float = 0.004
     sweep_period: float = 10.0
     forget_wait: float = 30.0
     follow_period: float = 1.0
@@ -889,9 +892,22 @@ class TaskLifecycle:
         or runtimed is polled at most about a quarter of the time (issue 6: under a burst,
         List calls competed with the claims and status writes for the same two cores). The
         cap keeps one slow answer from delaying the next poll past the slowest pace.
+
+        The first poll after an idle spell (nothing observed, then an execution accepted)
+        waits ``rleg_min_period``: polled at once, the new execution is always still
+        running (the server is still starting its process, which also makes that List
+        slow and its load floor long), so a short task cost two Lists and its end was seen
+        only after the floor (issue 6: 12-45 ms from Execute to the end of ``exit 0`` on a
+        loaded machine, and two Lists; now ``rleg_min_period`` and one List). That first
+        List is also exempt from the load floor: a Runtime Server's loop stands still while
+        it starts a process (``Popen`` returns once the child has exec'd and the server has
+        a CPU again: 2-8 ms on a busy 2-core machine), so a List sent then answers slowly
+        without the server being loaded, and its 3x floor kept a trivial task's end unseen
+        for another 15-25 ms.
         """
         fastest, slowest = self.timings.rleg_min_period, self.timings.rleg_period
         quiet = 0
+        first_of_spell = False
         while True:
             self._rleg_wakeup = trio.Event()
             watched = [
@@ -903,6 +919,8 @@ class TaskLifecycle:
             if not watched:
                 await self._rleg_wakeup.wait()
                 quiet = 0
+                first_of_spell = True
+                await trio.sleep(fastest)
                 continue
             entries: dict[str, ServerView] | None = None
             began = trio.current_time()
@@ -918,6 +936,8 @@ class TaskLifecycle:
                 continue
             done = trio.current_time()
             floor = min(max(fastest, slowest), max(fastest, RLEG_LOAD_FACTOR * (done - began)))
+            if first_of_spell:  # slow because it waited for the new process's start
+                floor, first_of_spell = fastest, False
             quiet += 1
             for local in watched:
                 view = entries.get(local.uid)
