@@ -44,7 +44,7 @@ from krt.api import Failure, FailureReason, Reentry, Retry, Run, Terminal, decid
 from krt.api.conditions import find_condition
 from krt.api.constants import RunConditionType
 from krt.api.errors import ApiError, OutputsError
-from krt.api.patches import StatusPatch, apply_merge_patch
+from krt.api.patches import StatusPatch
 from krt.api.phases import is_active, is_terminal
 from krt.api.retry import Stale
 from krt.api.run import TaskMode
@@ -66,16 +66,19 @@ from runtimed.runtime_client import (
     RpcRejected,
     RuntimeServer,
     ServerUnavailable,
+    listed_state,
 )
 from runtimed.sources import (
     OUTPUTS_ENV,
     PreparationError,
+    RunFiles,
     Workspace,
     prepare_source,
     read_outputs,
     remove_run_files,
 )
 from runtimed.start_window import StartWindow
+from runtimed.status_merge import merged_status
 from runtimed.task_decisions import (
     UNREACHABLE_RETRY_SECONDS,
     CancelExecution,
@@ -260,6 +263,8 @@ class TaskLifecycle:
         self._written: dict[str, tuple[set[str], Obj]] = {}
         #: Run UID -> (resourceVersion, the parsed Run) of its last reconciliation.
         self._parsed: dict[str, tuple[str, Run]] = {}
+        #: Run UID -> its paths (built once per Run, not per step; dropped with its files).
+        self._files: dict[str, RunFiles] = {}
         #: Run UID -> epoch seconds the informer first delivered it Scheduled to this Pod
         #: (moved to the Run's timeline when its local state is created).
         self._seen_at: dict[str, float] = {}
@@ -301,6 +306,7 @@ class TaskLifecycle:
             self._written.pop(uid, None)
             self._seen_at.pop(uid, None)
             self._parsed.pop(uid, None)
+            self._files.pop(uid, None)
         elif (
             assigned_here
             and (obj.get("status") or {}).get("phase") == "Scheduled"
@@ -344,6 +350,17 @@ class TaskLifecycle:
         local = self._local.get(uid)
         if local is not None:
             local.timeline.mark(stage, self._now())
+
+    def _run_files(self, uid: str) -> RunFiles:
+        """``workspace.files(uid)``, kept until the Run's files are removed.
+
+        Raises:
+            ValueError: ``uid`` is not usable as a directory name.
+        """
+        files = self._files.get(uid)
+        if files is None:
+            files = self._files[uid] = self.workspace.files(uid)
+        return files
 
     def _terminal_fields(self, run: Run) -> dict[str, Any]:
         """Log fields of a Run's terminal line: its keys plus its stage timeline.
@@ -561,7 +578,7 @@ class TaskLifecycle:
             self._mark(run.metadata.uid, "finished")
             self._log_output(run, server)
         if server.state is ExecState.SUCCEEDED:
-            files = self.workspace.files(run.metadata.uid)
+            files = self._run_files(run.metadata.uid)
             try:
                 outputs = await read_outputs(files)
             except OutputsError as exc:
@@ -637,7 +654,7 @@ class TaskLifecycle:
 
     async def _write(self, obj: Obj, patch: StatusPatch) -> Obj | None:
         """Conditional status write; ``None`` when the cache was stale or the Run is gone."""
-        status = apply_merge_patch(obj.get("status") or {}, patch)
+        status = merged_status(obj.get("status"), patch)
         try:
             written = await self._writer.write_status(obj, status)
         except Conflict:
@@ -682,7 +699,7 @@ class TaskLifecycle:
     async def _prepare_or_fail(self, obj: Obj, run: Run) -> Requeue | None:
         """Prepare the source; a failure is applied now (``PreparationFailed``)."""
         local = self._local_for(run)
-        files = self.workspace.files(run.metadata.uid)
+        files = self._run_files(run.metadata.uid)
         started = trio.current_time()
         try:
             with trio.fail_after(self.timings.prepare):
@@ -721,7 +738,7 @@ class TaskLifecycle:
         return None
 
     def _execute_spec(self, run: Run) -> ExecuteSpec:
-        files = self.workspace.files(run.metadata.uid)
+        files = self._run_files(run.metadata.uid)
         mode = run.spec.mode
         assert isinstance(mode, TaskMode)
         entrypoint = mode.entrypoint or ""
@@ -846,7 +863,7 @@ class TaskLifecycle:
 
     async def _remove_files(self, uid: str) -> None:
         """Move the Run's directory to the trash (emptied when quiet), else remove it now."""
-        files = self.workspace.files(uid)
+        files = self._files.pop(uid, None) or self.workspace.files(uid)
         if not self.trash.discard(files.root):
             await remove_run_files(files)
 
@@ -922,7 +939,7 @@ class TaskLifecycle:
                 first_of_spell = True
                 await trio.sleep(fastest)
                 continue
-            entries: dict[str, ServerView] | None = None
+            entries: Mapping[str, ServerView] | None = None
             began = trio.current_time()
             with trio.move_on_after(self.timings.rpc):
                 try:
@@ -940,14 +957,14 @@ class TaskLifecycle:
                 floor, first_of_spell = fastest, False
             quiet += 1
             for local in watched:
-                view = entries.get(local.uid)
-                state = view.state if view is not None else ExecState.NOT_FOUND
+                state = listed_state(entries, local.uid)
                 if state is local.last_server_state:
                     continue
                 previous, local.last_server_state = local.last_server_state, state
                 quiet = 0
                 if state.active and previous is not None and previous.active:
                     # PENDING <-> RUNNING: reconciliation observes either the same way
+                    view = entries.get(local.uid)
                     if view is not None and local.seen_running is not None:
                         local.seen_running = (local.seen_running[0], view)
                     continue
@@ -982,7 +999,7 @@ class TaskLifecycle:
 
     async def sweep(self) -> None:
         """Cancel/Forget executions of Runs that are gone, terminal or not ours; remove stray dirs."""
-        entries: dict[str, ServerView] | None = None
+        entries: Mapping[str, ServerView] | None = None
         with trio.move_on_after(self.timings.rpc):
             try:
                 self._calls["List"].inc()

@@ -1084,6 +1084,32 @@ async def test_an_execution_lost_after_an_accepted_execute_is_seen_by_the_rleg(
         assert [m for m, u in h.server.calls if u == uid].count("Status") == 2
 
 
+async def test_a_runs_paths_are_built_once_and_dropped_with_its_files(
+    tmp_path: Path, clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 6: prepare, Execute, outputs and removal share one ``Workspace.files`` of the
+    Run (it was built at every step), and nothing of it stays once the Run ended here."""
+    built: list[str] = []
+    files = Workspace.files
+
+    def counting(self: Workspace, uid: str) -> Any:
+        built.append(uid)
+        return files(self, uid)
+
+    monkeypatch.setattr(Workspace, "files", counting)
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=1.0, stdout="")
+        key = h.create()
+        await h.wait_phase(key, "Succeeded")
+        uid = uid_of(h, key)
+        lifecycle = h.lifecycle
+        assert lifecycle is not None
+        await h.wait_for(lambda: lifecycle.local(uid) is None)
+        assert built.count(uid) == 1
+        assert uid not in lifecycle._files
+        assert not (tmp_path / "ws" / "runs" / uid).exists()
+
+
 async def test_a_successful_run_costs_one_info_line(
     tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:

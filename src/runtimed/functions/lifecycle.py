@@ -43,7 +43,7 @@ import trio
 
 from krt.api import Failure, FailureReason, Retry, Run
 from krt.api.errors import ApiError
-from krt.api.patches import StatusPatch, apply_merge_patch
+from krt.api.patches import StatusPatch
 from krt.api.run import FunctionMode, Source
 from krt.kube.client import Obj
 from krt.kube.clock import Clock
@@ -83,6 +83,7 @@ from runtimed.identity import PodIdentity
 from runtimed.run_fields import assigned_pod_uid, queue_key, resource_version, run_uid
 from runtimed.server_channel import ServerUnavailable
 from runtimed.sources import PreparationError, Workspace
+from runtimed.status_merge import merged_status
 from runtimed.tasks import RunCache, StatusWriter
 
 __all__ = ["FunctionLifecycle", "FunctionStats"]
@@ -410,7 +411,7 @@ class FunctionLifecycle:
 
     async def _write(self, obj: Obj, patch: StatusPatch, what: str) -> Requeue | None:
         """Conditional status write; ``Requeue(0)`` on success (the next step reads it)."""
-        status = apply_merge_patch(obj.get("status") or {}, patch)
+        status = merged_status(obj.get("status"), patch)
         try:
             written = await self._writer.write_status(obj, status)
         except Conflict:
