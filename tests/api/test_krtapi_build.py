@@ -11,7 +11,7 @@ from krt.api._build import builder
 from krt.api.conditions import Condition
 from krt.api.constants import ConditionStatus
 from krt.api.meta import ObjectMeta
-from krt.api.run import Run, RunSpec, RunStatus, Source, TaskMode
+from krt.api.run import EnvVar, RetryPolicy, Run, RunSpec, RunStatus, Source, TaskMode
 
 T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
@@ -28,7 +28,9 @@ def test_built_objects_equal_hash_and_stay_frozen_like_init() -> None:
         built.reason = "changed"  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("cls", [Source, RunSpec, RunStatus, Run, ObjectMeta, Condition])
+@pytest.mark.parametrize(
+    "cls", [Source, RunSpec, RunStatus, Run, ObjectMeta, Condition, EnvVar, TaskMode, RetryPolicy]
+)
 def test_every_parsed_class_can_be_built_and_checks_arity(cls: type) -> None:
     build = builder(cls)
     count = len(dataclasses.fields(cls))

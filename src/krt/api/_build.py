@@ -41,15 +41,27 @@ def builder(cls: type[T]) -> Callable[..., T]:
         raise TypeError(f"{cls.__name__} is not a slotted dataclass without __post_init__")
     setters = tuple(cls.__dict__[field.name].__set__ for field in dataclasses.fields(cls))
     count = len(setters)
-    new = object.__new__
 
-    def build(*values: Any) -> T:
-        if len(values) != count:
-            raise TypeError(f"{cls.__name__} has {count} fields, got {len(values)} values")
-        obj = new(cls)
-        for setter, value in zip(setters, values, strict=False):  # length checked above
-            setter(obj, value)
-        return obj
+    def arity_error(given: int) -> TypeError:
+        return TypeError(f"{cls.__name__} has {count} fields, got {given} values")
 
+    # One line per slot instead of a loop over zip(): about 40% less time per object
+    # (issue 6). The generated text holds only indices, never a field or class name.
+    lines = [
+        "def build(*values):",
+        f"    if len(values) != {count}:",
+        "        raise _arity_error(len(values))",
+        "    obj = _new(_cls)",
+        *(f"    _set{index}(obj, values[{index}])" for index in range(count)),
+        "    return obj",
+    ]
+    namespace: dict[str, Any] = {
+        "_arity_error": arity_error,
+        "_new": object.__new__,
+        "_cls": cls,
+        **{f"_set{index}": setter for index, setter in enumerate(setters)},
+    }
+    exec("\n".join(lines), namespace)  # trusted text: indices only, see above
+    build: Callable[..., T] = namespace["build"]
     build.__name__ = f"build_{cls.__name__}"
     return build

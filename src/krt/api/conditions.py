@@ -73,7 +73,7 @@ class Condition:
             status,
             str(data.get("reason", "")),
             str(data.get("message", "")),
-            parse_time(transition, field=f"{field}.lastTransitionTime"),
+            _transition_time(transition, field),
             generation if isinstance(generation, int) else None,
         )
 
@@ -245,7 +245,20 @@ def parse_conditions(raw: object, *, field: str = "status.conditions") -> tuple[
         raise InvalidObjectError(field, "must be a list")
     parsed = []
     for index, item in enumerate(raw):
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             raise InvalidObjectError(f"{field}[{index}]", "must be an object")
-        parsed.append(Condition.from_dict(item, field=f"{field}[{index}]"))
+        try:
+            parsed.append(Condition.from_dict(item))
+        except InvalidObjectError:
+            # the item's path is only spelled out for the error (it costs on every event)
+            Condition.from_dict(item, field=f"{field}[{index}]")
+            raise
     return tuple(parsed)
+
+
+def _transition_time(text: str, field: str) -> datetime:
+    """``parse_time`` with the ``lastTransitionTime`` path built only for the error."""
+    try:
+        return parse_time(text)
+    except InvalidObjectError:
+        return parse_time(text, field=f"{field}.lastTransitionTime")

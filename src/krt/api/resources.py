@@ -89,7 +89,10 @@ def parse_resources(raw: object, *, field: str) -> dict[str, int]:
             or not _NAME.fullmatch(name)
         ):
             raise ResourceError(field, f"invalid resource name {name!r}")
-        parsed[name] = parse_quantity(value, field=f"{field}.{name}")
+        if type(value) is int and 0 <= value <= MAX_RESOURCE_QUANTITY:
+            parsed[name] = value  # the common case, without building the field's path
+        else:
+            parsed[name] = parse_quantity(value, field=f"{field}.{name}")
     return parsed
 
 

@@ -128,9 +128,8 @@ def _parse_mode(data: Mapping[str, Any] | None) -> TaskMode | FunctionMode:
         )
     if task is not None:
         path = "spec.mode.task."
-        return TaskMode(
-            entrypoint=_fields.string(task, "entrypoint", path),
-            args=_fields.string_list(task, "args", path),
+        return _new_task_mode(
+            _fields.string(task, "entrypoint", path), _fields.string_list(task, "args", path)
         )
     assert function is not None
     path = "spec.mode.function."
@@ -165,10 +164,10 @@ class RetryPolicy:
             if data.get("retryableReasons") is not None
             else None
         )
-        return cls(
-            max_attempts=_fields.integer(data, "maxAttempts", path) or 1,
-            backoff=_fields.string(data, "backoff", path),
-            retryable_reasons=reasons,
+        return _new_retry_policy(
+            _fields.integer(data, "maxAttempts", path) or 1,
+            _fields.string(data, "backoff", path),
+            reasons,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,15 +249,16 @@ class RunSpec:
             if not isinstance(env_raw, list):
                 raise InvalidObjectError("spec.env", "must be a list of {name, value}")
             for index, item in enumerate(env_raw):
-                if not isinstance(item, Mapping):
+                if type(item) is not dict and not isinstance(item, Mapping):
                     raise InvalidObjectError(f"spec.env[{index}]", "must be an object")
-                item_path = f"spec.env[{index}]."
-                env.append(
-                    EnvVar(
-                        name=_fields.required_string(item, "name", item_path),
-                        value=_fields.string(item, "value", item_path) or "",
-                    )
-                )
+                name = item.get("name")
+                value = item.get("value")
+                if type(name) is not str or not name or not (value is None or type(value) is str):
+                    # the checked readers (and the item's path) only off the common case
+                    item_path = f"spec.env[{index}]."
+                    name = _fields.required_string(item, "name", item_path)
+                    value = _fields.string(item, "value", item_path)
+                env.append(_new_env_var(name, value or ""))
         return _new_spec(
             _fields.required_string(data, "runtime", path),
             Source.from_dict(source) if source is not None else None,
@@ -487,7 +487,10 @@ class Run:
 
 
 # Positional constructors in field order (see krt.api._build: the parsers' hot path).
+_new_env_var = builder(EnvVar)
 _new_source = builder(Source)
+_new_task_mode = builder(TaskMode)
+_new_retry_policy = builder(RetryPolicy)
 _new_spec = builder(RunSpec)
 _new_status = builder(RunStatus)
 _new_run = builder(Run)

@@ -9,8 +9,11 @@ than starting the process. Here every execution's pipes and pidfd sit in one epo
 everything that is, so an execution is one trio task (its run) and a few dictionary entries.
 
 Processes start with ``subprocess.Popen`` on the event loop: CPython uses ``vfork`` on Linux
-for these arguments, so the loop pauses only until the child calls ``exec`` (a worker thread,
-as ``trio.lowlevel.open_process`` uses, cost more in hand-offs than the pause). The exit is
+for these arguments, so the loop pauses only until the child calls ``exec`` and the parent
+runs again (0.3-0.5 ms idle, a few ms on a busy machine). A worker thread would keep the loop
+serving meanwhile (CPython 3.11 releases the GIL around ``vfork``), but measured on the
+task-Run benchmark it cost the server 0.25-0.3 ms more CPU per process (hand-off and GIL
+switches, +12-15% of its CPU per Run) and did not lower the complete latency. The exit is
 seen through a pidfd (Linux >= 5.3), readable once the child has exited, so reaping it never
 blocks. Linux only, as the Runtime Servers are.
 """
