@@ -69,6 +69,7 @@ from krt.api.retry import (
     retry_wait_seconds,
 )
 from krt.api.run import Run
+from runtimed.output_log import AttemptLog
 from runtimed.timeline import Timeline
 
 __all__ = [
@@ -557,10 +558,8 @@ class LocalRun:
             it instead of asking again until the RLEG reports a change or runtimed itself
             acts on the execution (Cancel, Forget, a new start): issue 6.
         logged_attempt: the attempt whose stdout/stderr were logged to the end.
-        log_attempt: the attempt :attr:`log_offsets` and :attr:`log_lines` belong to.
-        log_offsets: per stream (``stdout``/``stderr``), characters of the attempt's output
-            already logged while it ran (complete lines only).
-        log_lines: per stream, lines of the attempt's output logged so far.
+        output_log: what of the current attempt's output was logged (see
+            :meth:`output_log_of`).
         follow_at: trio time of the next read of the running output (0: at once).
         follow_delay: seconds between reads; grows while the task prints nothing.
         timeline: when the Run passed each lifecycle stage here (diagnostics, issue 6).
@@ -573,18 +572,16 @@ class LocalRun:
     last_server_state: ExecState | None = None
     seen_running: tuple[str, ServerView] | None = None
     logged_attempt: int = 0
-    log_attempt: int = 0
-    log_offsets: dict[str, int] = field(default_factory=dict)
-    log_lines: dict[str, int] = field(default_factory=dict)
+    output_log: AttemptLog = field(default_factory=AttemptLog)
     follow_at: float = 0.0
     follow_delay: float = 0.0
     timeline: Timeline = field(default_factory=Timeline)
 
-    def log_progress(self, attempt: int) -> dict[str, int]:
-        """The logged-output offsets of ``attempt`` (reset when the attempt changes)."""
-        if self.log_attempt != attempt:
-            self.log_attempt, self.log_offsets, self.log_lines = attempt, {}, {}
-        return self.log_offsets
+    def output_log_of(self, attempt: int) -> AttemptLog:
+        """The record of ``attempt``'s logged output (a fresh one when the attempt changed)."""
+        if self.output_log.attempt != attempt:
+            self.output_log = AttemptLog(attempt=attempt)
+        return self.output_log
 
     def update(self, **changes: object) -> None:
         """Replace fields of :attr:`view`."""

@@ -59,6 +59,7 @@ from krt.kube.workqueue import Requeue, WorkQueue
 from runtimed.execute_markers import ExecuteMarkerError, ExecuteMarkers
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
+from runtimed.output_log import STREAMS, AttemptLog, LivePause, take_final, take_live
 from runtimed.run_fields import assigned_pod_uid, queue_key, resource_version, run_uid
 from runtimed.runtime_client import (
     ExecuteSpec,
@@ -130,10 +131,12 @@ RLEG_FAST_POLLS: Final = 5
 RLEG_LOAD_FACTOR: Final = 3.0
 #: Lines of one stream of task output logged per attempt (the rest is summarised).
 MAX_LOGGED_LINES: Final = 10_000
-#: Characters of an attempt's output (both streams) logged while it runs; past this the
-#: follower stops asking (each Status carries the whole output) and the rest is logged when
-#: the execution finishes.
-FOLLOW_MAX_CHARS: Final = 64 * 1024
+#: UTF-8 bytes of an attempt's output (both streams, whole lines) logged while it runs;
+#: when the next line does not fit the follower stops asking (each Status carries the whole
+#: output) and the rest is logged when the execution finishes. It must stay well inside the
+#: Runtime Server's kept head (256 KiB per stream), the only part of a running execution's
+#: output that no later answer changes (:mod:`runtimed.output_log`).
+FOLLOW_MAX_BYTES: Final = 64 * 1024
 #: A task that prints nothing is read ever less often: the interval doubles up to this many
 #: ``follow_period``\ s, and drops back to one period as soon as new output appears.
 FOLLOW_MAX_DELAY_PERIODS: Final = 8
@@ -1041,53 +1044,73 @@ class TaskLifecycle:
         return {"run_uid": run.metadata.uid, "attempt": max(1, run.status.attempt), "run": run.key}
 
     def _log_output(self, run: Run, server: ServerView) -> None:
-        """Log the finished attempt's stdout/stderr not yet logged (once per attempt)."""
+        """Log the finished attempt's stdout/stderr not yet logged (once per attempt).
+
+        The rest past what the follower logged while the task ran, from the finished
+        execution's text (its dropped-bytes marker carries the final count), at most
+        :data:`MAX_LOGGED_LINES` per stream and attempt, then ``N more lines not logged``
+        (docs/usage.md "Logs", :func:`runtimed.output_log.take_final`).
+        """
         attempt = max(1, run.status.attempt)
         local = self._local.get(run.metadata.uid)
         if local is not None:
             if local.logged_attempt == attempt:
                 return
             local.logged_attempt = attempt
-        self._log_lines(local, self._fields(run), server, final=True)
-
-    def _log_lines(
-        self, local: LocalRun | None, fields: dict[str, Any], server: ServerView, *, final: bool
-    ) -> None:
-        """Log the output past what was logged of this attempt; complete lines unless ``final``.
-
-        Lines are keyed by Run UID and attempt (``fields``); at most
-        :data:`MAX_LOGGED_LINES` per stream and attempt, the rest summarised when ``final``.
-        """
-        offsets = local.log_progress(int(fields["attempt"])) if local is not None else {}
-        for stream, text in (("stdout", server.stdout), ("stderr", server.stderr)):
-            start = offsets.get(stream, 0)
-            if start > len(text):  # not this output any more (a restarted server): all of it
-                start = 0
-            chunk = text[start:]
-            if not final:
-                chunk = chunk[: chunk.rfind("\n") + 1]
-            offsets[stream] = start + len(chunk)
-            lines = chunk.splitlines()
-            already = local.log_lines.get(stream, 0) if local is not None else 0
-            room = max(0, MAX_LOGGED_LINES - already)
-            for line in lines[:room]:
-                task_log.info(line, extra={**fields, "stream": stream})
-            if local is not None:
-                local.log_lines[stream] = already + min(room, len(lines))
-            if final and len(lines) > room:
+        record = local.output_log_of(attempt) if local is not None else AttemptLog(attempt)
+        fields = self._fields(run)
+        for stream, text in zip(STREAMS, (server.stdout, server.stderr), strict=True):
+            taken = take_final(record, stream, text, max_lines=MAX_LOGGED_LINES)
+            extra = {**fields, "stream": stream}
+            if taken.restarted:
                 task_log.info(
-                    "%d more lines not logged",
-                    len(lines) - room,
-                    extra={**fields, "stream": stream},
+                    "the Runtime Server's %s no longer starts with the lines logged while the"
+                    " task ran; all of its kept %s follows",
+                    stream,
+                    stream,
+                    extra={**fields, "stream": "stderr"},
                 )
+            for line in taken.lines:
+                task_log.info(line, extra=extra)
+            if taken.not_logged:
+                task_log.info("%d more lines not logged", taken.not_logged, extra=extra)
+
+    def _log_live(self, local: LocalRun, attempt: int, server: ServerView) -> bool:
+        """Log the new complete lines of a running attempt within the live bounds.
+
+        At most :data:`FOLLOW_MAX_BYTES` of the attempt's output (both streams) is logged
+        live, whole lines only; when the next line does not fit, one stderr line says live
+        output paused (docs/usage.md "Logs", :func:`runtimed.output_log.take_live`).
+
+        Returns:
+            Whether any line was logged.
+        """
+        record = local.output_log_of(attempt)
+        fields = {"run_uid": local.uid, "attempt": attempt, "run": local.key}
+        logged = False
+        for stream, text in zip(STREAMS, (server.stdout, server.stderr), strict=True):
+            lines = take_live(
+                record, stream, text, budget=FOLLOW_MAX_BYTES, max_lines=MAX_LOGGED_LINES
+            )
+            for line in lines:
+                task_log.info(line, extra={**fields, "stream": stream})
+            logged = logged or bool(lines)
+        if record.paused is LivePause.BUDGET:
+            # say so in the stream a follower reads, or `krt logs -f` looks stuck
+            task_log.info(
+                "live output paused after %d KiB; the rest is logged when the task ends",
+                FOLLOW_MAX_BYTES // 1024,
+                extra={**fields, "stream": "stderr"},
+            )
+        return logged
 
     async def _follow_loop(self) -> None:
         """Log new complete output lines of running executions every ``follow_period`` s.
 
-        Only executions the RLEG last saw RUNNING and whose logged output is under
-        :data:`FOLLOW_MAX_CHARS`; each is read again after its own interval, which doubles
-        while nothing new appears (up to :data:`FOLLOW_MAX_DELAY_PERIODS` periods). A result
-        is dropped when the attempt changed or its final output was logged meanwhile
+        Only executions the RLEG last saw RUNNING and whose live logging has not paused
+        (:meth:`_log_live`); each is read again after its own interval, which doubles while
+        nothing new appears (up to :data:`FOLLOW_MAX_DELAY_PERIODS` periods). A result is
+        dropped when the attempt changed or its final output was logged meanwhile
         (:meth:`_log_output` then owns the rest).
         """
         period = self.timings.follow_period
@@ -1100,10 +1123,9 @@ class TaskLifecycle:
                     or local.last_server_state is not ExecState.RUNNING
                     or local.logged_attempt == attempt
                     or trio.current_time() < local.follow_at
-                    or sum(local.log_progress(attempt).values()) >= FOLLOW_MAX_CHARS
+                    or local.output_log_of(attempt).paused is not LivePause.NO
                 ):
                     continue
-                logged = sum(local.log_progress(attempt).values())
                 server = await self._status(local.uid)
                 local.follow_delay = min(
                     FOLLOW_MAX_DELAY_PERIODS * period, max(period, 2 * local.follow_delay)
@@ -1116,17 +1138,7 @@ class TaskLifecycle:
                     or local.logged_attempt == attempt
                 ):
                     continue
-                fields = {"run_uid": local.uid, "attempt": attempt, "run": local.key}
-                self._log_lines(local, fields, server, final=False)
-                now_logged = sum(local.log_progress(attempt).values())
-                if logged < FOLLOW_MAX_CHARS <= now_logged:
-                    # say so in the stream a follower reads, or `krt logs -f` looks stuck
-                    task_log.info(
-                        "live output paused after %d KiB; the rest is logged when the task ends",
-                        FOLLOW_MAX_CHARS // 1024,
-                        extra={**fields, "stream": "stderr"},
-                    )
-                if now_logged > logged:
+                if self._log_live(local, attempt, server):
                     local.follow_delay = period  # it prints: keep reading at the fast pace
                     local.follow_at = 0.0
 

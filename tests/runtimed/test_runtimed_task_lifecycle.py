@@ -28,6 +28,7 @@ from runtimed.runtime_client import RpcRejected
 from runtimed.sources import Workspace
 from runtimed.task_decisions import ExecState
 from runtimed.tasks import TaskLifecycle, TaskTimings, rleg_delay
+from servers.common.bounded import BoundedBuffer
 
 EPOCH = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 POD = PodIdentity(name="runtime-bash-abc", namespace="ns", uid=POD_UID)
@@ -651,9 +652,9 @@ async def test_live_following_says_when_it_pauses(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Past FOLLOW_MAX_CHARS the follower stops; one stderr line says so, then the rest comes
-    at the end."""
-    monkeypatch.setattr(tasks_module, "FOLLOW_MAX_CHARS", 4)
+    """When the next line does not fit FOLLOW_MAX_BYTES the follower stops; one stderr line
+    says so, then the rest comes at the end."""
+    monkeypatch.setattr(tasks_module, "FOLLOW_MAX_BYTES", 4)
     caplog.set_level("INFO", logger="runtimed.task")
     async with harness(tmp_path) as h:
         h.server.default = Program(seconds=10.0, stdout="one\ntwo\nthree\n")
@@ -663,14 +664,104 @@ async def test_live_following_says_when_it_pauses(
         h.server.executions[uid].stdout = "one\ntwo\n"
         await trio.sleep(3)
         paused = ("stderr", "live output paused after 0 KiB; the rest is logged when the task ends")
-        assert [(s, line) for s, line, _ in _logged(caplog, uid)] == [
-            ("stdout", "one"),
-            ("stdout", "two"),
-            paused,
-        ]
+        # "one\n" is the 4-byte budget: "two" waits for the end
+        assert [(s, line) for s, line, _ in _logged(caplog, uid)] == [("stdout", "one"), paused]
         await h.wait_phase(key, "Succeeded", "Failed")
         lines = [(s, line) for s, line, _ in _logged(caplog, uid)]
-        assert lines == [("stdout", "one"), ("stdout", "two"), paused, ("stdout", "three")]
+        assert lines == [("stdout", "one"), paused, ("stdout", "two"), ("stdout", "three")]
+
+
+#: the finding's task (T_findings F1): ``print('line %d %s' % (i, 'x' * 56))`` 100,000 times
+BIG_LINES = 100_000
+
+
+def _big_line(i: int) -> bytes:
+    return b"line %d %s\n" % (i, b"x" * 56)
+
+
+async def _print_through_bounded_buffer(
+    execution: Any, *, first: int, pause: float, per_chunk: int
+) -> BoundedBuffer:
+    """Print BIG_LINES lines as the real Runtime Server shows them while the task runs.
+
+    ``first`` lines, then ``pause`` s, then the rest ``per_chunk`` lines every 50 ms; after
+    each write the execution's stdout is the server's text: head + marker (count so far) + a
+    tail window that moves.
+    """
+    buffer = BoundedBuffer()
+    i = 1
+    while i <= BIG_LINES:
+        n = first if i == 1 else per_chunk
+        buffer.write(b"".join(_big_line(j) for j in range(i, min(i + n, BIG_LINES + 1))))
+        execution.stdout = buffer.text()
+        i += n
+        await trio.sleep(pause if i == first + 1 else 0.05)
+    return buffer
+
+
+@pytest.mark.parametrize(
+    ("delay", "first", "pause", "per_chunk"),
+    [
+        (0.0, 2_500, 0.05, 2_500),  # a follow tick falls while the buffer wraps
+        (0.35, 2_500, 0.05, 2_500),
+        (0.7, 7_000, 0.05, 1_500),
+        (0.1, 100, 1.5, 2_500),  # a few lines followed live, then a flood
+        (0.1, 5_000, 1.5, 2_500),  # first read already past the budget, not yet wrapping
+    ],
+)
+async def test_a_large_output_is_logged_as_documented_whenever_the_follower_reads(
+    tmp_path: Path,
+    clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    delay: float,
+    first: int,
+    pause: float,
+    per_chunk: int,
+) -> None:
+    """docs/usage.md "Logs" for 6,788,895 bytes of stdout (T_findings F1), at any tick phase.
+
+    Live: at most 64 KiB, then the paused line. Final: the first 256 KiB, the marker with the
+    *final* dropped count, then lines up to 10,000 and ``N more lines not logged``.
+    """
+    caplog.set_level("INFO", logger="runtimed.task")
+    final = BoundedBuffer()
+    for start in range(1, BIG_LINES + 1, 10_000):
+        final.write(b"".join(_big_line(j) for j in range(start, start + 10_000)))
+    total = sum(len(_big_line(j)) for j in range(1, BIG_LINES + 1))
+    assert total == 6_788_895
+    async with harness(tmp_path) as h:
+        printing = pause + 0.05 * (BIG_LINES - first) / per_chunk
+        h.server.default = Program(seconds=delay + printing + 3.0, stdout=final.text())
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        await trio.sleep(delay)
+        await _print_through_bounded_buffer(
+            h.server.executions[uid], first=first, pause=pause, per_chunk=per_chunk
+        )
+        await trio.sleep(1.5)  # the follower has had its chances; the task still runs
+        assert h.store.status(key)["phase"] == "Running"
+        live = _logged(caplog, uid)
+        paused = (
+            "stderr",
+            "live output paused after 64 KiB; the rest is logged when the task ends",
+        )
+        assert [(s, line) for s, line, _ in live if s == "stderr"] == [paused]
+        live_bytes = sum(len(line.encode()) + 1 for s, line, _ in live if s == "stdout")
+        assert 0 < live_bytes <= 64 * 1024
+        assert 64 * 1024 - live_bytes < len(_big_line(BIG_LINES))  # whole lines, budget used
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+    stdout = [line for s, line, _ in _logged(caplog, uid) if s == "stdout"]
+    kept = final.text().splitlines()
+    assert stdout == [*kept[:10_000], f"{len(kept) - 10_000} more lines not logged"]
+    marker = [line for line in stdout if "bytes of output dropped" in line]
+    assert marker == [
+        f"[... {total - 1024 * 1024} bytes of output dropped by the Runtime Server"
+        f" (kept the first {256 * 1024} and the last {768 * 1024} bytes) ...]"
+    ]
+    assert stdout[0] == "line 1 " + "x" * 56
+    assert [s for s, _, _ in _logged(caplog, uid)].count("stderr") == 1
 
 
 async def test_following_a_silent_task_backs_off(
