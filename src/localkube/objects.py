@@ -17,7 +17,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from localkube import label_rules, metadata_rules
+from localkube import label_rules, metadata_rules, object_meta
 from localkube.errors import ApiError, FieldError, invalid
 from localkube.resources import ResourceType
 
@@ -133,10 +133,13 @@ def check_body_identity(
         namespace: URL namespace (``""`` for cluster-scoped). name: URL name (None on create).
 
     Returns:
-        The body with ``apiVersion``/``kind`` filled in if missing.
+        The body with ``apiVersion``/``kind`` filled in if missing (and, for a custom
+        object, ``metadata`` decoded as ObjectMeta:
+        :func:`localkube.object_meta.decode_object_meta` drops unknown keys).
 
     Raises:
-        ApiError: 400 BadRequest on a mismatch or a body that is not an object.
+        ApiError: 400 BadRequest on a mismatch, a body that is not an object, or (custom
+            objects) a wrong-typed ObjectMeta field.
     """
     if not isinstance(obj, dict):
         raise ApiError(400, "BadRequest", "the body of the request must be a JSON object")
@@ -162,6 +165,8 @@ def check_body_identity(
         meta = obj["metadata"] = {}
     if not isinstance(meta, dict):
         raise ApiError(400, "BadRequest", "metadata must be an object")
+    if rt.crd_name:
+        object_meta.decode_object_meta(meta, kind=rt.kind, version=rt.version)
     if rt.namespaced:
         body_ns = meta.get("namespace")
         if body_ns and body_ns != namespace:

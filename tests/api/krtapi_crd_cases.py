@@ -127,8 +127,11 @@ INVALID_RUNS: list[Case] = [
     Case("env-too-many", with_changes(_T, spec__env=[{"name": f"V{i}"} for i in range(129)]), None, "spec.env&&128"),
     Case("env-bad-name", with_changes(_T, spec__env=[{"name": "1BAD"}]), None,
          "spec.env[].name must be a C identifier"),
+    # F2: the list-map key rejects duplicates in O(n) (an O(n^2) CEL rule cost ~1.4 s at 120)
     Case("env-duplicate", with_changes(_T, spec__env=[{"name": "A"}, {"name": "A", "value": "2"}]), None,
-         "spec.env names must be unique"),
+         'spec.env[1]: Duplicate value: {"name":"A"}'),
+    Case("env-duplicate-late", with_changes(_T, spec__env=[{"name": f"V{i}"} for i in range(100)] + [{"name": "V7"}]),
+         None, 'spec.env[100]: Duplicate value: {"name":"V7"}'),
     # F22: 128 x 32 KiB passed the CRD and then failed every attempt at Execute (256 KiB)
     Case("env-total-over", with_changes(_T, spec__env=_env_of_total(MAX_ENV_TOTAL_BYTES + 1)), None,
          f"spec.env must total at most {MAX_ENV_TOTAL_BYTES} bytes"),

@@ -2,7 +2,8 @@
 
 The harness checks an object the way kube-apiserver does, with independent libraries:
 OpenAPI value validation through ``jsonschema`` (the ``x-kubernetes-*`` keys are ignored by
-it), then every ``x-kubernetes-validations`` rule through ``celpy`` with ``self``, and with
+it), the uniqueness of ``x-kubernetes-list-type: map`` keys and ``set`` items (worded as
+kube-apiserver's ``spec.env[1]: Duplicate value: {"name":"A"}``), then every ``x-kubernetes-validations`` rule through ``celpy`` with ``self``, and with
 ``oldSelf`` for transition rules where the old object has a value at the same place (object
 properties, map keys, and list-map entries correlated by key). CEL property names that are
 reserved words are escaped as Kubernetes does (``function`` -> ``__function__``). It exists so
@@ -13,6 +14,7 @@ runs the same cases through localkube.
 from __future__ import annotations
 
 import functools
+import json
 import operator
 import re
 from pathlib import Path
@@ -120,6 +122,7 @@ class Admission:
         ]
         if found:
             return found
+        _list_duplicates(self.schema, obj, "", found)
         self._walk(self.schema, obj, old, old is not None, "", found)
         return found
 
@@ -169,6 +172,34 @@ class Admission:
                     f"{path}[{index}]",
                     out,
                 )
+
+
+def _list_duplicates(schema: dict[str, Any], value: Any, path: str, out: list[str]) -> None:
+    """Report repeated list-map keys and set items, as kube-apiserver's structural check."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            sub = schema.get("properties", {}).get(name)
+            if sub is None and isinstance(schema.get("additionalProperties"), dict):
+                sub = schema["additionalProperties"]
+            if sub is not None:
+                _list_duplicates(sub, item, f"{path}.{name}".lstrip("."), out)
+    elif isinstance(value, list):
+        list_type = schema.get("x-kubernetes-list-type")
+        seen: list[Any] = []
+        for index, item in enumerate(value):
+            if list_type == "map":
+                key = {k: item[k] for k in schema["x-kubernetes-list-map-keys"] if k in item}
+            elif list_type == "set":
+                key = item
+            else:
+                key = None
+            if key is not None and key in seen:
+                text = json.dumps(key, separators=(",", ":"))
+                out.append(f"{path}[{index}]: Duplicate value: {text}")
+            elif key is not None:
+                seen.append(key)
+            if isinstance(schema.get("items"), dict):
+                _list_duplicates(schema["items"], item, f"{path}[{index}]", out)
 
 
 def matches(errors: list[str], expect: str) -> bool:

@@ -269,3 +269,68 @@ async def test_every_served_version_shares_the_objects(admin_http: httpx.AsyncCl
     assert via_v1["metadata"]["uid"] == created.json()["metadata"]["uid"]
     versions = (await admin_http.get("/apis/example.com")).json()["versions"]
     assert [v["version"] for v in versions] == ["v1", "v1alpha1"], "preferred version first"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        ({"generateName": 7}, "cannot unmarshal number into Go struct field ObjectMeta.generateName of type string"),
+        ({"selfLink": 5}, "cannot unmarshal number into Go struct field ObjectMeta.selfLink of type string"),
+        ({"deletionGracePeriodSeconds": "x"},
+         "cannot unmarshal string into Go struct field ObjectMeta.deletionGracePeriodSeconds of type int64"),
+        ({"deletionGracePeriodSeconds": 1.5},
+         "cannot unmarshal number 1.5 into Go struct field ObjectMeta.deletionGracePeriodSeconds of type int64"),
+        ({"generation": True}, "cannot unmarshal bool into Go struct field ObjectMeta.generation of type int64"),
+        ({"uid": ["u"]}, "cannot unmarshal array into Go struct field ObjectMeta.uid of type types.UID"),
+        ({"creationTimestamp": 5},
+         "cannot unmarshal number into Go struct field ObjectMeta.creationTimestamp of type string"),
+        ({"deletionTimestamp": "yesterday"},
+         'parsing time "yesterday" as "2006-01-02T15:04:05Z07:00": cannot parse "yesterday" as "2006"'),
+    ],
+)  # fmt: skip
+async def test_wrong_typed_object_meta_is_400_on_every_write(
+    widgets: httpx.AsyncClient, metadata: dict[str, Any], problem: str
+) -> None:
+    """Finding F3: kube-apiserver decodes a custom object's metadata into ObjectMeta."""
+    prefix = 'Widget in version "v1" cannot be handled as a Widget: json: '
+    if problem.startswith("parsing"):
+        prefix = prefix.removesuffix("json: ")
+    body = widget("bad")
+    body["metadata"].update(metadata)
+    r = await widgets.post(WIDGETS, json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["reason"] == "BadRequest"
+    assert r.json()["message"] == prefix + problem
+    assert (await widgets.get(f"{WIDGETS}/bad")).status_code == 404
+
+    created = (await widgets.post(WIDGETS, json=widget("good"))).json()
+    r = await widgets.patch(
+        f"{WIDGETS}/good", content=json.dumps({"metadata": metadata}), headers=MERGE
+    )
+    assert (r.status_code, r.json()["message"]) == (400, prefix + problem)
+    replaced = copy.deepcopy(created)
+    replaced["metadata"].update(metadata)
+    r = await widgets.put(f"{WIDGETS}/good", json=replaced)
+    assert (r.status_code, r.json()["message"]) == (400, prefix + problem)
+    r = await widgets.put(f"{WIDGETS}/good/status", json=replaced)
+    assert r.status_code == 400, r.text
+    stored = (await widgets.get(f"{WIDGETS}/good")).json()
+    assert stored["metadata"] == created["metadata"]
+
+
+async def test_unknown_object_meta_fields_are_dropped(widgets: httpx.AsyncClient) -> None:
+    """Finding F3: fields ObjectMeta does not have are not stored (nor nulls of known ones)."""
+    body = widget("w")
+    body["metadata"].update({"foo": 1, "clusterName": "c", "selfLink": None, "labels": {"a": "b"}})
+    r = await widgets.post(WIDGETS, json=body)
+    assert r.status_code == 201, r.text
+    meta = r.json()["metadata"]
+    assert {"foo", "clusterName", "selfLink"}.isdisjoint(meta)
+    assert meta["labels"] == {"a": "b"}
+    r = await widgets.patch(
+        f"{WIDGETS}/w", content=json.dumps({"metadata": {"bar": {"x": 1}}}), headers=MERGE
+    )
+    assert r.status_code == 200, r.text
+    assert "bar" not in r.json()["metadata"]
+    stored = (await widgets.get(f"{WIDGETS}/w")).json()
+    assert {"foo", "bar", "clusterName"}.isdisjoint(stored["metadata"])

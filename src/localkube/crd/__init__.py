@@ -36,13 +36,15 @@ Not implemented (differences from kube-apiserver 1.32):
   ``properties`` are visible to CEL (Kubernetes hides them); ``has(self.a.b)`` with ``a``
   absent is false (cel-go reports "no such key: a"); lists compare element-wise without
   cross-type numeric equality (``[1] == [1.0]`` is false).
-- validation ratcheting (unchanged invalid values are re-reported on update).
+- validation ratcheting is partial: schema (OpenAPI) checks ratchet per top-level field
+  (an unchanged ``spec`` or ``status`` is not re-validated, a changed one is validated
+  whole); CEL rules without ``oldSelf`` ratchet per value, as in kube-apiserver.
 - embedded resources keep ``metadata`` verbatim (Kubernetes prunes it to ObjectMeta).
 - warnings for pruned unknown fields are not produced.
 
 Evaluation uses cel-python's interpreter; rule outcomes are memoised per validator
-(:class:`localkube.crd._rule_cache.RuleResultCache`), so writes that leave ``spec``
-unchanged (status updates) skip CEL. Not thread-safe: use a validator from one thread, as
+(:class:`localkube.crd._rule_cache.RuleResultCache`), and ratcheting means writes that
+leave ``spec`` unchanged (status updates) evaluate only its transition rules. Not thread-safe: use a validator from one thread, as
 the trio API server does. Must not touch the network, the file system or
 the storage layer; production packages never import it.
 """

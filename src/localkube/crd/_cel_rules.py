@@ -19,8 +19,13 @@ Rules are pure functions of ``self`` and ``oldSelf``, so outcomes are memoized
 (:class:`~localkube.crd._rule_cache.RuleResultCache`): a rule that reads only named fields
 (``has(self.a) == has(self.b)``, see :mod:`localkube.crd._cel_reads`) is keyed by those
 fields alone and converts only them to CEL values, and the whole walk of an unchanged
-child of the root (the ``spec`` of a status write) is one lookup. Subtrees without rules
-are not walked.
+child of the root is one lookup. Subtrees without rules are not walked.
+
+Validation ratcheting (kube-apiserver 1.30+, ``CRDValidationRatcheting``): on update, a
+rule that does not use ``oldSelf`` is not evaluated where the value equals its correlated
+old value (it passed, or was ratcheted, before), and an unchanged subtree without
+transition rules is not walked at all. So a status write, which keeps the stored ``spec``,
+evaluates no ``spec`` rule except transition rules.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from localkube.crd._rule_cache import (
     canonical_json,
 )
 from localkube.crd._schema import SchemaNode
+from localkube.crd._values import json_equal
 from localkube.errors import FieldError
 
 REASONS = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired", "FieldValueDuplicate")
@@ -123,6 +129,9 @@ def compile_rules(node: SchemaNode, *, correlatable: bool = True, root: bool = T
     if node.items is not None:
         children.append(node.items)
     node.rules_below = bool(node.rules) or any(c.rules_below for c in children)
+    node.transition_rules_below = any(r.is_transition for r in node.rules) or any(
+        c.transition_rules_below for c in children
+    )
 
 
 def _forbid_rules_in_junctor(node: SchemaNode) -> None:
@@ -303,6 +312,11 @@ class _Walker:
         _walk(self, value, old, has_old, node, path, root=root)
 
 
+def same_value(value: Any, old: Any) -> bool:
+    """Whether ``value`` equals ``old`` as JSON (the ratcheting test; booleans are not numbers)."""
+    return value is old or (value == old and json_equal(value, old))
+
+
 def _walk(
     walker: _Walker,
     value: Any,
@@ -312,11 +326,16 @@ def _walk(
     path: str,
     *,
     root: bool = False,
+    unchanged: bool = False,
 ) -> None:
     if not node.rules_below:
         return
+    if has_old and not unchanged and not root:
+        unchanged = same_value(value, old)
+    if unchanged and not node.transition_rules_below:
+        return
     if node.rules:
-        _run_rules(walker, value, old, has_old, node, path, root=root)
+        _run_rules(walker, value, old, has_old, node, path, root=root, unchanged=unchanged)
     if isinstance(value, dict):
         old_map: dict[str, Any] = old if has_old and isinstance(old, dict) else {}
         for key, child in node.properties.items():
@@ -330,7 +349,7 @@ def _walk(
                 if root and walker.cache is not None:
                     _walk_memoized(walker, walker.cache, *child_args)
                 else:
-                    _walk(walker, *child_args)
+                    _walk(walker, *child_args, unchanged=unchanged)
         if isinstance(node.additional, SchemaNode):
             for key, item in value.items():
                 if key in node.properties:
@@ -343,12 +362,15 @@ def _walk(
                     present,
                     node.additional,
                     f"{path}[{key}]",
+                    unchanged=unchanged,
                 )
     elif isinstance(value, list) and node.items is not None:
         old_items = _correlate(value, old, has_old, node)
         for index, item in enumerate(value):
             present, old_item = old_items[index]
-            _walk(walker, item, old_item, present, node.items, f"{path}[{index}]")
+            _walk(
+                walker, item, old_item, present, node.items, f"{path}[{index}]", unchanged=unchanged
+            )
 
 
 def _walk_memoized(
@@ -410,7 +432,15 @@ def _correlate(
 
 
 def _run_rules(
-    walker: _Walker, value: Any, old: Any, has_old: bool, node: SchemaNode, path: str, *, root: bool
+    walker: _Walker,
+    value: Any,
+    old: Any,
+    has_old: bool,
+    node: SchemaNode,
+    path: str,
+    *,
+    root: bool,
+    unchanged: bool,
 ) -> None:
     cache = walker.cache
     self_keys = ValueKeys(value)
@@ -420,6 +450,8 @@ def _run_rules(
     for rule in node.rules:
         if rule.is_transition and not has_old and not rule.optional_old_self:
             continue
+        if unchanged and not rule.is_transition:
+            continue  # ratcheted: an unchanged value is not re-validated
         key: CacheKey | None = None
         if cache is not None:
             self_key = self_keys.key(rule.self_keys)

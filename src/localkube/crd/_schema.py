@@ -76,7 +76,8 @@ class SchemaNode:
     ``additional`` is a node for ``additionalProperties: {schema}``, ``True`` for
     ``additionalProperties: true`` and ``None`` when unset or ``false``. ``rules`` holds
     the compiled ``x-kubernetes-validations`` and ``rules_below`` tells whether this node or
-    any node under it has one (both filled in by the validator). ``enum_strings`` are the
+    any node under it has one (``transition_rules_below``: one that uses ``oldSelf``; all
+    filled in by the validator). ``enum_strings`` are the
     string members of ``enum``; ``pattern_results`` and ``format_results`` memoize ``pattern``
     and ``format`` checks; ``defaulted_properties`` lists the properties with a ``default``
     (filled in on first use). ``path`` is the node's location inside ``openAPIV3Schema`` for
@@ -124,6 +125,7 @@ class SchemaNode:
     raw_rules: list[Any] = field(default_factory=list)
     rules: list[Any] = field(default_factory=list)
     rules_below: bool = False
+    transition_rules_below: bool = False
 
     def type_names(self) -> str:
         """The type name(s) as kube-openapi prints them in type errors."""

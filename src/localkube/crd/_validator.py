@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from localkube.crd import _fielderrors as fe
-from localkube.crd._cel_rules import compile_rules, evaluate_rules
+from localkube.crd._cel_rules import compile_rules, evaluate_rules, same_value
 from localkube.crd._defaulting import apply_defaults
 from localkube.crd._pruning import prune
 from localkube.crd._rule_cache import RuleResultCache
@@ -74,7 +74,11 @@ class CRDValidator:
         """Prune unknown fields, apply defaults and validate ``obj``.
 
         Implements the custom resource handling of kube-apiserver for create (``old`` is
-        None) and update (``old`` is the stored object, used by transition rules).
+        None) and update (``old`` is the stored object, used by transition rules). On
+        update, validation ratchets as in kube-apiserver 1.30+: a top-level field (``spec``,
+        ``status``) equal to the stored one is not validated against the schema again, and
+        no rule without ``oldSelf`` is evaluated on a value equal to its old value (so a
+        status write costs no ``spec`` rule but transition rules).
 
         Args:
             obj: the decoded request body (any JSON value is tolerated; a non-object gets a
@@ -92,6 +96,8 @@ class CRDValidator:
         # metadata object anyway, and nothing below changes it
         new_obj: Any = prune(obj, node, root=True, trusted=trusted, share_envelope=True)
         apply_defaults(new_obj, node, root=True, trusted=trusted)
+        if old is not None and isinstance(new_obj, dict):
+            trusted |= _unchanged_fields(new_obj, old)
         errors = validate_value(new_obj, node, "", root=True, trusted=trusted)
         if any(e.reason in BLOCKING_REASONS for e in errors):
             if node.rules_below:
@@ -126,6 +132,15 @@ class CRDValidator:
                 if len(self._admitted) >= MAX_REMEMBERED:
                     del self._admitted[next(iter(self._admitted))]
                 self._admitted[id(value)] = value
+
+
+def _unchanged_fields(new_obj: dict[str, Any], old: dict[str, Any]) -> frozenset[str]:
+    """Top-level fields of ``new_obj`` equal to the stored object's (validation ratcheting)."""
+    return frozenset(
+        key
+        for key, value in new_obj.items()
+        if key not in ENVELOPE and key in old and same_value(value, old[key])
+    )
 
 
 def _check_defaults(node: SchemaNode) -> None:

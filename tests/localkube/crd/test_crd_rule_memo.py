@@ -208,9 +208,9 @@ def test_unchanged_subtree_of_the_root_costs_one_lookup(monkeypatch: pytest.Monk
     original = cel_rules._run_rules
 
     def recording(walker: Any, value: Any, old: Any, has_old: bool, node: Any, path: str,
-                  *, root: bool) -> None:  # fmt: skip
+                  *, root: bool, unchanged: bool) -> None:  # fmt: skip
         walked.append(path)
-        original(walker, value, old, has_old, node, path, root=root)
+        original(walker, value, old, has_old, node, path, root=root, unchanged=unchanged)
 
     monkeypatch.setattr(cel_rules, "_run_rules", recording)
     assert errors_of(validator, run("a", scheduled("p1", "2026-01-01T00:00:02Z")), stored) == []
