@@ -11,7 +11,7 @@ the call's cancel scope is cancelled at once (by hypercorn's disconnect callback
 :mod:`gateway.disconnects`, or by a task watching ``receive()``), which resets the gRPC
 stream, so runtimed and the Runtime Server see the cancellation and free the Run's
 invocation slot. A later invoke of the same Run is not forwarded while such a cancellation
-is still unwinding here (:mod:`gateway.inflight`), so the reset reaches runtimed first.
+is still unwinding here (:mod:`krt.invocation_slots`), so the reset reaches runtimed first.
 Every response, success or error, carries ``X-Kruntime-Invocation-ID``.
 """
 
@@ -25,7 +25,6 @@ import trio
 from gateway.disconnects import EXTENSION as DISCONNECT_EXTENSION
 from gateway.disconnects import DisconnectSignal
 from gateway.errors import HttpError
-from gateway.inflight import InFlightInvocations
 from gateway.invoke import Invoker, InvokeRequest, InvokeResult
 from gateway.logs import InvocationLog
 from gateway.mapping import OUTPUTS_HEADER
@@ -44,6 +43,7 @@ from krt.api.endpoint import FunctionEndpointRef, parse_function_endpoint_path
 from krt.api.errors import EndpointPathError
 from krt.api.invoke_headers import INVOCATION_ID_HEADER
 from krt.asgi import Receive, Scope, Send, answer_lifespan, send_response
+from krt.invocation_slots import InvocationSlots
 
 log = logging.getLogger("gateway.invoke")
 
@@ -138,8 +138,8 @@ class GatewayApp:
         self._metrics = metrics
         self._default_timeout = default_timeout_seconds
         self._max_timeout = max_timeout_seconds
-        #: invocations dispatched and not finished, by Run (:mod:`gateway.inflight`)
-        self.in_flight = InFlightInvocations()
+        #: invocations dispatched and not finished, by Run (:mod:`krt.invocation_slots`)
+        self.in_flight = InvocationSlots()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: lifespan, ``GET /healthz`` and the invoke route."""
@@ -270,7 +270,7 @@ class GatewayApp:
         scope is cancelled by the disconnect itself; otherwise a task watches ``receive()``.
         Either way the call is recorded in :attr:`in_flight` with that scope, and waits first
         for an abandoned invocation of the same Run to finish unwinding
-        (:mod:`gateway.inflight`), so its reset reaches runtimed before this request.
+        (:mod:`krt.invocation_slots`), so its reset reaches runtimed before this request.
         """
         if disconnect is not None:
             with trio.CancelScope() as scope:
@@ -307,12 +307,8 @@ class GatewayApp:
 
     async def _invoke_in(self, scope: trio.CancelScope, request: InvokeRequest) -> InvokeResult:
         """One upstream call recorded in :attr:`in_flight` (``scope``: its disconnect scope)."""
-        await self.in_flight.wait_for_cancellations(request.ref)
-        entry = self.in_flight.enter(request.ref, scope)
-        try:
+        async with self.in_flight.passage(request.ref, call=scope):
             return await self._invoker.invoke(request)
-        finally:
-            self.in_flight.leave(entry)
 
     @staticmethod
     async def _send_error(

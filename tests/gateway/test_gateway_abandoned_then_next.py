@@ -21,10 +21,10 @@ from conftest import PATH
 
 from gateway.app import GatewayApp
 from gateway.disconnects import EXTENSION, DisconnectSignal
-from gateway.inflight import InFlightInvocations
 from gateway.invoke import InvokeRequest, InvokeResult
 from gateway.metrics import GatewayMetrics
 from krt.api.endpoint import FunctionEndpointRef
+from krt.invocation_slots import InvocationSlots
 from tests import trio_batch_order
 
 batch_order = trio_batch_order.batch_order  # the fixture, one order per run
@@ -108,7 +108,7 @@ async def test_the_abandoned_invocations_reset_goes_first(batch_order: float) ->
         nursery.start_soon(serve_request, app, "next", DisconnectSignal(), statuses)
     assert upstream.events == ["request abandoned", "reset abandoned", "request next"]
     assert statuses == {"next": 200}  # the abandoned client gets nothing: it is gone
-    assert len(app.in_flight) == 0
+    assert app.in_flight.holders() == 0
 
 
 async def test_a_live_invocation_is_not_waited_for(batch_order: float) -> None:
@@ -127,15 +127,15 @@ async def test_a_live_invocation_is_not_waited_for(batch_order: float) -> None:
 
 
 async def test_the_wait_is_bounded(autojump_clock: trio.testing.MockClock) -> None:
-    in_flight = InFlightInvocations(settle_seconds=1.0)
+    in_flight = InvocationSlots(release_wait_seconds=1.0)
     ref = FunctionEndpointRef("demo", "python", "uid-1")
     stuck = trio.CancelScope()
     stuck.cancel()  # cancelled, but its task never unwinds
-    in_flight.enter(ref, stuck)
-    start = trio.current_time()
-    await in_flight.wait_for_cancellations(ref)
-    assert trio.current_time() - start == pytest.approx(1.0)
-    other = FunctionEndpointRef("demo", "python", "uid-2")
-    start = trio.current_time()
-    await in_flight.wait_for_cancellations(other)  # another Run: no wait
-    assert trio.current_time() == start
+    async with in_flight.passage(ref, call=stuck):
+        start = trio.current_time()
+        async with in_flight.passage(ref):
+            assert trio.current_time() - start == pytest.approx(1.0)
+        other = FunctionEndpointRef("demo", "python", "uid-2")
+        start = trio.current_time()
+        async with in_flight.passage(other):  # another Run: no wait
+            assert trio.current_time() == start

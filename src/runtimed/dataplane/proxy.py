@@ -34,7 +34,7 @@ stream (:mod:`runtimed.dataplane.channels`) and the slot is freed as the ``with`
 unwinds. A request read together with that reset (one read: the next invoke right after a
 client disconnected) waits for the release instead of getting 429, and a forward to the
 owner waits for a cancelled forward of the same Run to send its reset first
-(:mod:`runtimed.dataplane.slots`). RegisterFunction, FunctionStatus and UnregisterFunction are PERMISSION_DENIED here:
+(:mod:`krt.invocation_slots`). RegisterFunction, FunctionStatus and UnregisterFunction are PERMISSION_DENIED here:
 only the gateway's invoke is public.
 
 Every log line of an invocation carries ``runtime``, ``namespace``, ``run_uid`` and
@@ -59,6 +59,7 @@ from krt.api import limits
 from krt.api.invoke_headers import NAMESPACE_METADATA, RUNTIME_METADATA
 from krt.grpc.client import ConnectionLostError, GrpcStatusError, Metadata
 from krt.grpc.unary_server import current_call_scope
+from krt.invocation_slots import Busy, InvocationSlots
 from krt.kube.clock import Clock, SystemClock
 from krt.proto.executor.v1 import runtime_grpc
 from krt.proto.executor.v1 import runtime_pb2 as pb
@@ -76,7 +77,6 @@ from runtimed.dataplane.routing import (
     Unavailable,
     decide,
 )
-from runtimed.dataplane.slots import Busy, InvocationSlots
 from runtimed.dataplane.tokens import TokenError, bearer_token
 
 __all__ = [
@@ -527,7 +527,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         forwarded += [(name, value) for name, value in metadata if name in _FORWARDED]
         self.metrics.hop("out")
         try:
-            # never ahead of the RST_STREAM of a cancelled forward of this Run (slots.py)
+            # never ahead of the RST_STREAM of a cancelled forward of this Run (krt.invocation_slots)
             async with self.slots.passage(decision.run.uid, call=current_call_scope()):
                 payload = await self.peers.unary_call(
                     decision.host,

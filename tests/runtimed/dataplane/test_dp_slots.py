@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from runtimed.dataplane.slots import Busy, InvocationSlots
+from krt.invocation_slots import Busy, InvocationSlots
 
 UID = "run-1"
 

@@ -1,4 +1,9 @@
-"""One in-flight invocation per function Run, enforced at the owner (seed 000, Capacity).
+"""One in-flight invocation per function Run, and the wait for a cancelled one to let go.
+
+Used by runtimed (the owner's slot: :meth:`InvocationSlots.claim`; invocations it forwards:
+:meth:`InvocationSlots.passage`) and by the gateway (every invocation it dispatches is a
+passage keyed by its :class:`~krt.api.endpoint.FunctionEndpointRef`: its reset must reach
+runtimed before a later invocation of the same Run). Seed 000, Capacity.
 
 Seed 000: "runtimed and the Runtime Server allow one in-flight invocation per function Run
 and reject an overlapping request with 429"; "no unbounded server-side queue". Issue 8: "a
@@ -21,13 +26,17 @@ of the connection is processed, so on one connection a reset followed by a new r
 always admitted, whatever order trio runs the two tasks in.
 
 :meth:`InvocationSlots.passage` is the same wait without the exclusion, for invocations this
-runtimed forwards to the owner: a forwarded call that is being cancelled sends its
-``RST_STREAM`` to the owner when it unwinds, and a later forward of the same Run must not
-overtake it on the peer connection (the owner would see two invocations and answer 429).
+runtimed forwards to the owner, and for every invocation the gateway dispatches: a call
+that is being cancelled sends its ``RST_STREAM`` upstream when it unwinds, and a later call
+of the same Run must not overtake it on the shared HTTP/2 connection (the owner would see two
+invocations and answer 429). What a passage cannot order: a disconnect not yet read when the
+next request arrives, or calls through another gateway replica or upstream connection; those
+are ordered only by arrival at the owner, whose claim waits for a reset call to let go.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from types import TracebackType
 from typing import Final
 
@@ -51,7 +60,7 @@ class _Holder:
     def __init__(
         self,
         slots: InvocationSlots,
-        run_uid: str,
+        run_uid: Hashable,
         call: trio.CancelScope | None,
         *,
         exclusive: bool,
@@ -88,12 +97,12 @@ class InvocationSlots:
     """
 
     def __init__(self, *, release_wait_seconds: float = RELEASE_WAIT_SECONDS) -> None:
-        self._holders: dict[str, list[_Holder]] = {}
+        self._holders: dict[Hashable, list[_Holder]] = {}
         self._release_wait = release_wait_seconds
 
     def __contains__(self, run_uid: object) -> bool:
         """Whether Run ``run_uid`` has a claimed slot (a local invocation in flight)."""
-        holders = self._holders.get(run_uid) if isinstance(run_uid, str) else None
+        holders = self._holders.get(run_uid) if isinstance(run_uid, Hashable) else None
         return holders is not None and any(holder.exclusive for holder in holders)
 
     def __len__(self) -> int:
@@ -101,7 +110,11 @@ class InvocationSlots:
             1 for holders in self._holders.values() if any(holder.exclusive for holder in holders)
         )
 
-    def claim(self, run_uid: str, *, call: trio.CancelScope | None = None) -> _Holder:
+    def holders(self) -> int:
+        """Invocations inside a ``claim`` or ``passage`` block now, of every Run."""
+        return sum(len(holders) for holders in self._holders.values())
+
+    def claim(self, run_uid: Hashable, *, call: trio.CancelScope | None = None) -> _Holder:
         """Hold Run ``run_uid``'s slot for an ``async with`` block (a local invocation).
 
         Args:
@@ -116,7 +129,7 @@ class InvocationSlots:
         """
         return _Holder(self, run_uid, call, exclusive=True)
 
-    def passage(self, run_uid: str, *, call: trio.CancelScope | None = None) -> _Holder:
+    def passage(self, run_uid: Hashable, *, call: trio.CancelScope | None = None) -> _Holder:
         """Mark a forwarded invocation of Run ``run_uid`` for an ``async with`` block.
 
         Entering waits (at most ``release_wait_seconds``) while an invocation of the Run
