@@ -101,10 +101,11 @@ QueueKey = RunKey | CapacityReleased
 """What the scheduler's queue holds: a Run (``(namespace, name)``) or a release."""
 
 #: Status writes (binds, cancels, FailedScheduling) in flight at once. Each is one HTTP/1.1
-#: request holding one keep-alive connection; a few cover the API server's round trip, more
-#: only open more connections (was 16: no faster on localkube, measured with
-#: bench/task_runs.py).
-MAX_CONCURRENT_BINDS = 8
+#: request holding one keep-alive connection. Two cover the API server's round trip; more
+#: only answer a burst's binds together, later (was 8: complete p50 of bench/task_runs.py
+#: ~15% higher together with runtimed's 12 status writes, and ~7 new TLS connections per
+#: burst).
+MAX_CONCURRENT_BINDS = 2
 
 
 class Scheduler:
