@@ -112,23 +112,26 @@ class ApiApp:
     # plumbing ------------------------------------------------------------------
 
     async def _respond(
-        self, send: Send, code: int, body: Any, *, content_type: str = "application/json"
+        self,
+        send: Send,
+        code: int,
+        body: Any,
+        *,
+        content_type: str = "application/json",
+        retry_after: int = 0,
     ) -> None:
         if isinstance(body, bytes):
             data = body
         else:  # a write's result is the object just committed: reuse its encoding
             data = self.ctx.store.encoded(body) or storage.encode(body)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": code,
-                "headers": [
-                    (b"content-type", content_type.encode()),
-                    (b"content-length", str(len(data)).encode()),
-                    (b"cache-control", b"no-cache, private"),
-                ],
-            }
-        )
+        headers = [
+            (b"content-type", content_type.encode()),
+            (b"content-length", str(len(data)).encode()),
+            (b"cache-control", b"no-cache, private"),
+        ]
+        if retry_after > 0:  # as kube-apiserver for a Status with details.retryAfterSeconds
+            headers.append((b"retry-after", str(retry_after).encode()))
+        await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
@@ -177,7 +180,8 @@ class ApiApp:
                 user = self.ctx.access.impersonate(user, scope.get("headers", []))
             await self._dispatch(scope, receive, send, method, path, query, headers, user)
         except ApiError as exc:
-            await self._respond(send, exc.code, exc.status())
+            retry_after = (exc.details or {}).get("retryAfterSeconds", 0)
+            await self._respond(send, exc.code, exc.status(), retry_after=retry_after)
         except Exception:
             log.exception("internal error serving %s %s", method, path)
             await self._respond(

@@ -185,13 +185,16 @@ def _decode_continue(token: str) -> tuple[int, tuple[str, str]]:
 def too_large_resource_version(requested: int, current: int) -> ApiError:
     """The 504 kube-apiserver answers for a resourceVersion newer than its store.
 
+    Worded as apiserver's ``storage.NewTooLargeResourceVersionError`` (``errors.NewTimeoutError``
+    prefixes ``Timeout: ``); the response also carries ``Retry-After: 1``.
+
     Args:
         requested: the client's resourceVersion. current: the store's revision.
     """
     return ApiError(
         504,
         "Timeout",
-        f"Too large resource version: {requested}, current: {current}",
+        f"Timeout: Too large resource version: {requested}, current: {current}",
         details={
             "causes": [
                 {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}

@@ -8,15 +8,20 @@ ObjectMeta.generateName of type string``), and a field ObjectMeta does not have 
 Clients that decode ObjectMeta strictly (client-go informers) would otherwise fail on the
 stored object.
 
-The map and list fields (labels, annotations, finalizers, ownerReferences) keep the 422
-checks of :mod:`localkube.objects` / :mod:`localkube.metadata_rules`; this module decides
-the scalar fields and which keys exist.
+The map and list fields (labels, annotations, finalizers, ownerReferences) are decoded the
+same way: a value that is not a JSON object/array of the right element type is a 400 with
+Go's message (``... Go struct field ObjectMeta.labels of type map[string]string``), for
+built-in kinds too, whose whole body kube-apiserver decodes into the typed object
+(``ObjectMeta.metadata.labels``). Their content rules (label syntax, qualified finalizer
+names, ownerReference fields required) stay the 422 checks of :mod:`localkube.objects` /
+:mod:`localkube.metadata_rules`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any, Final
 
 from localkube.errors import ApiError
@@ -90,6 +95,94 @@ def _decode_problem(field: str, value: Any) -> str | None:
     return None
 
 
+#: ObjectMeta's map and list fields: (Go type of the field, Go type of one element).
+COLLECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
+    "labels": ("map[string]string", "string"),
+    "annotations": ("map[string]string", "string"),
+    "finalizers": ("[]string", "string"),
+    "ownerReferences": ("[]v1.OwnerReference", "v1.OwnerReference"),
+}
+#: v1.OwnerReference's fields and their Go types (``controller`` etc. are ``*bool``).
+_OWNER_REFERENCE_FIELDS: Final[dict[str, str]] = {
+    "apiVersion": "string",
+    "kind": "string",
+    "name": "string",
+    "uid": "types.UID",
+    "controller": "bool",
+    "blockOwnerDeletion": "bool",
+}
+
+
+def _unmarshal_error(value: Any, struct: str, path: str, go_type: str) -> str:
+    return (
+        f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
+        f"{struct}.{path} of type {go_type}"
+    )
+
+
+def _owner_reference_problem(ref: dict[str, Any], path: str) -> str | None:
+    for field, value in ref.items():
+        go_type = _OWNER_REFERENCE_FIELDS.get(field)
+        if go_type is None or value is None:
+            continue
+        expected = bool if go_type == "bool" else str
+        if not isinstance(value, expected):
+            return _unmarshal_error(value, "OwnerReference", f"{path}.{field}", go_type)
+    return None
+
+
+def _collection_problem(field: str, value: Any, path: str) -> str | None:
+    """Go's decoding error for the map/list ``field`` = ``value`` (``path`` names it)."""
+    go_type, element_type = COLLECTION_FIELDS[field]
+    if value is None:
+        return None
+    is_map = go_type.startswith("map")
+    if not isinstance(value, dict if is_map else list):
+        return _unmarshal_error(value, "ObjectMeta", path, go_type)
+    elements: Iterable[Any] = value.values() if isinstance(value, dict) else value
+    for element in elements:
+        if element is None:
+            continue  # null decodes to the zero value; the 422 checks word it
+        if element_type == "string":
+            if not isinstance(element, str):
+                return _unmarshal_error(element, "ObjectMeta", path, element_type)
+        elif not isinstance(element, dict):
+            return _unmarshal_error(element, "ObjectMeta", path, element_type)
+        else:
+            problem = _owner_reference_problem(element, path)
+            if problem is not None:
+                return problem
+    return None
+
+
+def check_collection_types(meta: dict[str, Any], *, kind: str, version: str) -> None:
+    """Refuse a built-in object whose ``metadata`` map/list fields do not decode.
+
+    kube-apiserver decodes a built-in kind's whole body into its Go type, so a wrong-typed
+    ``metadata.labels`` (for example) fails decoding with 400, never validation's 422.
+
+    Args:
+        meta: the request body's ``metadata`` object (not changed).
+        kind: the resource kind (``Pod``). version: the API version served (``v1``);
+            both only word the error.
+
+    Raises:
+        ApiError: 400 BadRequest ``<Kind> in version "<version>" cannot be handled as a
+            <Kind>: json: cannot unmarshal <json type> into Go struct field
+            ObjectMeta.metadata.<field> of type <go type>`` for the first wrong-typed
+            labels, annotations, finalizers or ownerReferences value.
+    """
+    for field, value in meta.items():
+        if field in COLLECTION_FIELDS:
+            problem = _collection_problem(field, value, f"metadata.{field}")
+            if problem is not None:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
+                )
+
+
 def decode_object_meta(meta: dict[str, Any], *, kind: str, version: str) -> None:
     """Check ``meta`` as ObjectMeta decoding does; drop the keys ObjectMeta lacks, and nulls.
 
@@ -105,17 +198,24 @@ def decode_object_meta(meta: dict[str, Any], *, kind: str, version: str) -> None
     Raises:
         ApiError: 400 BadRequest ``<Kind> in version "<version>" cannot be handled as a
             <Kind>: json: cannot unmarshal <json type> into Go struct field
-            ObjectMeta.<field> of type <go type>`` for the first wrong-typed scalar field.
+            ObjectMeta.<field> of type <go type>`` for the first field (in body order)
+            that does not decode; an element of a map or list names the element's type
+            (``ObjectMeta.labels of type string``), an ownerReference's field its struct
+            (``OwnerReference.ownerReferences.uid of type types.UID``).
     """
-    for field in SCALAR_FIELDS:
-        if field in meta:
-            problem = _decode_problem(field, meta[field])
-            if problem is not None:
-                raise ApiError(
-                    400,
-                    "BadRequest",
-                    f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
-                )
+    for field, value in meta.items():
+        if field in SCALAR_FIELDS:
+            problem = _decode_problem(field, value)
+        elif field in COLLECTION_FIELDS:
+            problem = _collection_problem(field, value, field)
+        else:
+            continue
+        if problem is not None:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
+            )
     for key in [
         k for k in meta if k not in KNOWN_FIELDS or (k in SCALAR_FIELDS and meta[k] is None)
     ]:

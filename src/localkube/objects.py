@@ -138,8 +138,9 @@ def check_body_identity(
         :func:`localkube.object_meta.decode_object_meta` drops unknown keys).
 
     Raises:
-        ApiError: 400 BadRequest on a mismatch, a body that is not an object, or (custom
-            objects) a wrong-typed ObjectMeta field.
+        ApiError: 400 BadRequest on a mismatch, a body that is not an object, or a
+            wrong-typed ObjectMeta field (custom objects: any; built-in kinds: labels,
+            annotations, finalizers, ownerReferences).
     """
     if not isinstance(obj, dict):
         raise ApiError(400, "BadRequest", "the body of the request must be a JSON object")
@@ -167,6 +168,8 @@ def check_body_identity(
         raise ApiError(400, "BadRequest", "metadata must be an object")
     if rt.crd_name:
         object_meta.decode_object_meta(meta, kind=rt.kind, version=rt.version)
+    else:
+        object_meta.check_collection_types(meta, kind=rt.kind, version=rt.version)
     if rt.namespaced:
         body_ns = meta.get("namespace")
         if body_ns and body_ns != namespace:

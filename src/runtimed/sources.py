@@ -129,6 +129,11 @@ def _inline_target(work: Path, inline_path: str) -> Path:
             f"spec.source.inlinePath {inline_path!r} must be a relative path inside the working "
             "directory (no '..', not absolute)"
         )
+    if inline_path.endswith(("/", "/.")):  # PurePosixPath drops the trailing "/" or "/."
+        raise PreparationError(
+            f"spec.source.inlinePath {inline_path!r} must name a file: it must not end in '/' "
+            "or '/.'"
+        )
     return work.joinpath(*pure.parts)
 
 

@@ -411,5 +411,7 @@ async def test_watch_from_an_unreached_future_resource_version_fails_after_3_s(
     assert event["type"] == "ERROR"
     status = event["object"]
     assert (status["code"], status["reason"]) == (504, "Timeout")
-    assert status["message"] == f"Too large resource version: {future}, current: {store.revision}"
+    assert status["message"] == (
+        f"Timeout: Too large resource version: {future}, current: {store.revision}"
+    )
     assert status["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"

@@ -110,19 +110,23 @@ def _integer(description: str, *, minimum: int, maximum: int, fmt: str = "int32"
     }
 
 
-def _relative_path(field: str, description: str) -> Schema:
-    return _string(
-        description,
-        min_length=1,
-        max_length=limits.MAX_PATH_CHARS,
-        rules=[
-            rule("!self.startsWith('/')", f"{field} must be a relative path"),
+def _relative_path(field: str, description: str, *, names_file: bool = False) -> Schema:
+    rules = [
+        rule("!self.startsWith('/')", f"{field} must be a relative path"),
+        rule(
+            "!self.matches('(^|/)[.][.](/|$)')",
+            f"{field} must not contain a '..' path segment",
+        ),
+    ]
+    if names_file:
+        # "dir/" or "a/." names a directory: the file could never be written or run
+        rules.append(
             rule(
-                "!self.matches('(^|/)[.][.](/|$)')",
-                f"{field} must not contain a '..' path segment",
-            ),
-        ],
-    )
+                "!self.matches('(^|/)[.]?$')",
+                f"{field} must name a file: it must not end in '/' or '/.'",
+            )
+        )
+    return _string(description, min_length=1, max_length=limits.MAX_PATH_CHARS, rules=rules)
 
 
 def _duration(field: str, description: str, *, positive: bool) -> Schema:
@@ -316,7 +320,9 @@ def run_spec_schema() -> Schema:
                     ),
                     "inlinePath": _relative_path(
                         "spec.source.inlinePath",
-                        "File name (relative, no '..') the inline source is written to.",
+                        "File name (relative, no '..', not ending in '/') the inline source is "
+                        "written to.",
+                        names_file=True,
                     ),
                     "repoURL": _string(
                         "Git repository to check out.",

@@ -251,7 +251,8 @@ class ExecutionManager:
         """Return a snapshot of one execution.
 
         Raises:
-            ContractError: NOT_FOUND for an unknown ID.
+            ContractError: INVALID_ARGUMENT for an ID Execute would refuse (empty, too long,
+                bad characters); NOT_FOUND for an unknown ID.
         """
         return self._get(exec_id).snapshot()
 
@@ -270,7 +271,8 @@ class ExecutionManager:
         Cancelling a finished execution does nothing.
 
         Raises:
-            ContractError: NOT_FOUND for an unknown ID.
+            ContractError: INVALID_ARGUMENT for an ID Execute would refuse; NOT_FOUND for an
+                unknown ID.
         """
         execution = self._get(exec_id)
         if not execution.terminal:
@@ -286,8 +288,8 @@ class ExecutionManager:
         before, is left alone.
 
         Raises:
-            ContractError: NOT_FOUND for an unknown ID; FAILED_PRECONDITION while it is
-                pending or running.
+            ContractError: INVALID_ARGUMENT for an ID Execute would refuse; NOT_FOUND for
+                an unknown ID; FAILED_PRECONDITION while it is pending or running.
         """
         execution = self._get(exec_id)
         if not execution.terminal:
@@ -318,6 +320,9 @@ class ExecutionManager:
         try:
             return self._executions[exec_id]
         except KeyError:
+            # an ID Execute refuses (empty, too long, bad characters) is a caller bug, as
+            # Execute says: INVALID_ARGUMENT, never "no such execution"
+            validate_id("id", exec_id)
             raise not_found(f"execution {exec_id} not found") from None
 
     async def _run(self, execution: _Execution) -> None:

@@ -113,7 +113,7 @@ class RuntimeServicer(runtime_grpc.RuntimeServicer):  # type: ignore[misc]
 
     @_mapped
     async def Status(self, request: runtime_pb2.StatusRequest) -> runtime_pb2.StatusResponse:  # noqa: N802
-        """Read one execution; NOT_FOUND when unknown."""
+        """Read one execution; NOT_FOUND when unknown, INVALID_ARGUMENT for an invalid id."""
         return _status_message(self._executions.status(request.id))
 
     @_mapped
