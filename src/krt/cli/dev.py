@@ -10,6 +10,11 @@ kruntimes is ready; in the foreground it prints ``Ready`` and serves until Ctrl-
 object is reported kubectl style; the built-in Runtimes are created only when missing, so
 edits to them survive a re-run (:mod:`krt.cli.dev_install`).
 
+While it serves, the cluster process also wires every other namespace that gets a Runtime
+(:mod:`krt.cli.dev_namespaces`): that namespace gets the gateway CA ConfigMap and a peer TLS
+Secret from the dev CAs, so its function Runs can be invoked through the gateway as in
+``default``.
+
 localkube is imported inside the commands only: the rest of krt never imports it.
 
 State directory (``--state-dir``, default ``~/.krt/dev``; one per cluster, so several can
@@ -251,6 +256,9 @@ def _up_foreground(
                 freeze_startup_heap()  # the cluster's long-lived state exists now
                 _print_access(state, handle.apiserver.url, str(handle.apiserver.kubeconfig_path))
                 sys.stdout.flush()
+                nursery.start_soon(
+                    _wire_runtime_namespaces, state, Path(handle.apiserver.kubeconfig_path)
+                )
                 if wait_seconds is not None:
                     nursery.start_soon(
                         _install_in_foreground,
@@ -372,6 +380,20 @@ async def _install_in_foreground(state: Path, kubeconfig: Path, wait_seconds: fl
     except click.ClickException as exc:
         click.echo(f"Error: {exc.message}", err=True)
         click.echo("the cluster keeps running for inspection; Ctrl-C stops it", err=True)
+
+
+async def _wire_runtime_namespaces(state: Path, kubeconfig: Path) -> None:
+    """Give Runtimes outside ``default`` their runtimed TLS wiring (:mod:`.dev_namespaces`)."""
+    from krt.cli.dev_namespaces import serve_runtime_namespaces
+    from krt.kube.client import connect
+    from krt.kube.errors import KubeError
+
+    try:
+        kube = await connect(kubeconfig=kubeconfig)
+        async with kube:
+            await serve_runtime_namespaces(kube, state_dir=state, progress=_progress)
+    except (KubeError, OSError) as exc:  # an add-on: the cluster keeps serving without it
+        click.echo(f"warning: Runtimes outside default get no peer TLS: {exc}", err=True)
 
 
 def _api_answers(url: str) -> bool:

@@ -42,6 +42,8 @@ __all__ = [
     "TlsPair",
     "gateway_hosts",
     "gateway_tls",
+    "installed_cas",
+    "namespace_peer_tls",
     "peer_hosts",
     "peer_tls",
     "tls_secret",
@@ -131,6 +133,41 @@ def peer_tls(state_dir: Path, namespaces: list[str]) -> TlsPair:
     return _pair(state_dir / "kruntimes", "peer", peer_hosts(namespaces))
 
 
+def namespace_peer_tls(state_dir: Path, namespace: str) -> TlsPair:
+    """A peer mTLS certificate for the Runtimes of one more namespace, from the peer CA.
+
+    The shared leaf of :func:`peer_tls` names the install's own Runtime namespace; a
+    Runtime created later in another namespace gets its own leaf from the same CA (kept
+    under ``kruntimes/peer-tls-namespaces/<namespace>/``), so the gateway can verify
+    ``runtime-<runtime>.<namespace>.svc`` and the Secrets already handed out stay as they
+    are.
+
+    Args:
+        state_dir: the dev cluster's state directory.
+        namespace: the Runtimes' namespace (a DNS label).
+
+    Raises:
+        ValueError: ``namespace`` is not a DNS label.
+        OSError: the files cannot be read or written.
+    """
+    if not _dns_label(namespace):
+        raise ValueError(f"namespace {namespace!r} is not a DNS label")
+    root = state_dir / "kruntimes"
+    return _pair(
+        root, "peer", peer_hosts([namespace]), leaf_dir=root / "peer-tls-namespaces" / namespace
+    )
+
+
+def installed_cas(state_dir: Path) -> bool:
+    """Whether ``krt dev up`` generated this cluster's gateway and peer CAs (it installed)."""
+    root = state_dir / "kruntimes"
+    return all(
+        (root / f"{name}-ca" / leaf).is_file()
+        for name in ("gateway", "peer")
+        for leaf in ("ca.crt", "ca.key")
+    )
+
+
 def tls_secret(name: str, namespace: str, pair: TlsPair) -> dict[str, Any]:
     """A ``kubernetes.io/tls`` Secret holding ``tls.crt``, ``tls.key`` and ``ca.crt``."""
 
@@ -150,12 +187,13 @@ def tls_secret(name: str, namespace: str, pair: TlsPair) -> dict[str, Any]:
     }
 
 
-def _pair(root: Path, name: str, hosts: list[str]) -> TlsPair:
+def _pair(root: Path, name: str, hosts: list[str], *, leaf_dir: Path | None = None) -> TlsPair:
     if not hosts:
         raise ValueError(f"{name} certificate: at least one DNS name or IP address is required")
     for host in hosts:
         _check_host(host)
-    ca_dir, leaf_dir = root / f"{name}-ca", root / f"{name}-tls"
+    ca_dir = root / f"{name}-ca"
+    leaf_dir = leaf_dir or root / f"{name}-tls"
     ca = _load_or_create_ca(ca_dir, f"kruntimes dev {name} CA")
     ca_pem = ca.cert_pem.bytes()
     cert_file, key_file = leaf_dir / "tls.crt", leaf_dir / "tls.key"

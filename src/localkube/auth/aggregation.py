@@ -3,10 +3,11 @@
 In Kubernetes a controller rewrites the ``rules`` of every ClusterRole that has an
 ``aggregationRule`` to the union of the rules of the ClusterRoles its label selectors
 match; roles that are themselves aggregated contribute their aggregated rules, so the
-result is transitive (``admin`` gets ``edit`` gets ``view``). localkube has no such
-controller: :func:`effective_rules` computes the same union whenever the authorizer needs
-it, so a new ``aggregate-to-*`` role takes effect immediately. The API layer may call
-:func:`aggregated_rules` to show the same union in the stored object's ``rules``.
+result is transitive (``admin`` gets ``edit`` gets ``view``). localkube runs that
+controller too (:mod:`localkube.controllers.clusterrole_aggregation`, which stores the
+union in ``rules``), but the authorizer does not wait for it: :func:`effective_rules`
+computes the same union whenever access is checked, so a new ``aggregate-to-*`` role takes
+effect immediately.
 
 Like the Kubernetes controller, an aggregated role's own ``rules`` are ignored (the
 controller would overwrite them), the union keeps the first occurrence of each distinct

@@ -1,5 +1,6 @@
-"""localkube's controller manager: Deployment, ReplicaSet, Endpoints/EndpointSlice and
-ClusterIP controllers (the API server itself runs garbage collection and namespace defaults).
+"""localkube's controller manager: Deployment, ReplicaSet, Endpoints/EndpointSlice, ClusterIP
+and ClusterRole aggregation controllers (the API server itself runs garbage collection and
+namespace defaults).
 
 Talks to the API server only through the Kubernetes API (list + watch, conditional
 updates, status subresource), like kube-controller-manager. Never imported by production
@@ -11,6 +12,7 @@ from __future__ import annotations
 import trio
 
 from localkube.controllers.clusterip import ClusterIPController
+from localkube.controllers.clusterrole_aggregation import ClusterRoleAggregationController
 from localkube.controllers.deployment import DeploymentController
 from localkube.controllers.endpoints import EndpointsController
 from localkube.controllers.events import EventRecorder
@@ -50,9 +52,18 @@ async def serve_controllers(
         "slices": Informer(
             kube, collection_path("discovery.k8s.io/v1", "endpointslices"), name="endpointslices"
         ),
+        "clusterroles": Informer(
+            kube,
+            collection_path("rbac.authorization.k8s.io/v1", "clusterroles"),
+            name="clusterroles",
+        ),
     }
     controllers: list[
-        ClusterIPController | DeploymentController | ReplicaSetController | EndpointsController
+        ClusterIPController
+        | DeploymentController
+        | ReplicaSetController
+        | EndpointsController
+        | ClusterRoleAggregationController
     ] = [
         ClusterIPController(kube, informers["services"]),
         DeploymentController(kube, informers["deployments"], informers["replicasets"], events),
@@ -64,6 +75,7 @@ async def serve_controllers(
             endpoints=informers["endpoints"],
             slices=informers["slices"],
         ),
+        ClusterRoleAggregationController(kube, informers["clusterroles"]),
     ]
     async with trio.open_nursery() as nursery:
         await nursery.start(events.run)

@@ -151,6 +151,9 @@ class Register:
     Attributes:
         attempt: ``status.attempt``.
         adopt: the Run is already Ready (runtimed restarted): success writes no status.
+            The lifecycle first checks that the server still holds a registration for the
+            Run UID; if not, the loss is a ``RegistrationLost`` failure, never a silent
+            fresh registration under the old attempt.
     """
 
     attempt: int

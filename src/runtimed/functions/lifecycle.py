@@ -27,7 +27,10 @@ Unregistration); issue 7. Shape, mirroring the task lifecycle:
 
 Restart safety: everything local is rebuilt from the Run objects. A Ready Run without a
 local registration is re-adopted by RegisterFunction with the same attempt and digest (the
-server answers with the same registration ID; no status write). A cleanup that finds no
+server answers with the same registration ID; no status write) -- but only after a
+FunctionStatus probe showed the server still holds a registration for the Run UID; if it
+holds none (runtimed and the Runtime Server restarted together), the loss is a
+``RegistrationLost`` failure through the retry engine, as when the server alone restarts. A cleanup that finds no
 local ID learns it the same way before unregistering. A crash between unregister and the
 status write repeats cleanup, which is idempotent.
 """
@@ -51,7 +54,7 @@ from krt.kube.errors import Conflict, NotFound
 from krt.kube.events import EventSink, NullEventSink
 from krt.kube.informer import EventType, InformerEvent
 from krt.kube.workqueue import Requeue, WorkQueue
-from runtimed.functions.client import FunctionRpcError, FunctionServer, RegisterSpec
+from runtimed.functions.client import FunctionRpcError, FunctionServer, RegisterSpec, RegState
 from runtimed.functions.decisions import (
     AddFinalizer,
     Claim,
@@ -96,6 +99,10 @@ MAX_STEPS: Final = 8
 #: Registration attempt cleanup uses to supersede a registration whose ID it cannot learn
 #: (the largest int32: higher than any attempt the retry engine gives out).
 FENCE_ATTEMPT: Final = 2**31 - 1
+#: The registration ID FunctionStatus is asked about before a re-adoption: syntactically
+#: valid (seed 002 ID rules) but never one a server hands out, so a server that holds a
+#: registration for the Run UID answers FAILED_PRECONDITION and one that holds none NOT_FOUND.
+ADOPTION_PROBE_ID: Final = "krt-adoption-probe"
 #: ``runtimed_function_runs_ended_total`` outcome of each cleanup kind.
 _ENDED: Final = {
     CleanupKind.CANCEL: "Cancelled",
@@ -495,7 +502,22 @@ class FunctionLifecycle:
             run.metadata.uid, key=run.key, attempt=attempt, digest=spec.digest
         )
         started = trio.current_time()
-        failure = await self._prepare(run, attempt, adopt=action.adopt)
+        failure: Failure | None = None
+        if action.adopt:
+            try:
+                with trio.fail_after(self.timings.rpc):
+                    failure = await self._adoption_loss(run.metadata.uid, attempt)
+            except FunctionRpcError as exc:
+                log.info("adoption probe of %s: %s", run.key, exc, extra=self._fields(run))
+                if failure_from_register_error(exc.code, exc.detail, attempt=attempt) is None:
+                    return Requeue(self.timings.unavailable_retry)  # transient: ask again
+                # an answer the probe cannot read (e.g. a server with stricter ID rules):
+                # adopt as before rather than never; RegisterFunction reports real errors
+            except (ServerUnavailable, trio.TooSlowError) as exc:
+                log.info("adoption probe of %s: %r", run.key, exc, extra=self._fields(run))
+                return Requeue(self.timings.unavailable_retry)
+        if failure is None:
+            failure = await self._prepare(run, attempt, adopt=action.adopt)
         if failure is None:
             try:
                 with trio.fail_after(self.timings.register):
@@ -526,6 +548,34 @@ class FunctionLifecycle:
             function_log.info("re-adopted registration", extra=self._fields(run))
         self._start_poller(run, local, registration_id)
         return _CONTINUE
+
+    async def _adoption_loss(self, uid: str, attempt: int) -> Failure | None:
+        """Before re-adopting a Ready Run: does the server still hold its registration?
+
+        Seed 000: a lost registration makes the Run not ready and enters registration
+        recovery; seed 002: re-sending RegisterFunction for the same attempt is idempotent
+        only for a registration that exists. A Runtime Server that restarted together with
+        runtimed (the Pod's containers restarted) holds none, and RegisterFunction would
+        silently create a fresh one under the old attempt. So FunctionStatus is asked first
+        with :data:`ADOPTION_PROBE_ID`, an ID no server hands out: FAILED_PRECONDITION (an
+        unknown ID for a known Run UID) means a registration exists and may be adopted;
+        NOT_FOUND means none does.
+
+        Returns:
+            A ``RegistrationLost`` failure of ``attempt``, or ``None`` to adopt.
+
+        Raises:
+            FunctionRpcError: another non-OK answer (a transient one is retried; any other
+                leaves the decision to RegisterFunction). ServerUnavailable: no answer.
+        """
+        view = await self._server.status(uid, ADOPTION_PROBE_ID)
+        if view.state is not RegState.NOT_FOUND:
+            return None
+        message = (
+            f"the Runtime Server no longer holds the registration of attempt {attempt}"
+            " (it restarted together with runtimed)"
+        )
+        return Failure(FailureReason.REGISTRATION_LOST, message, attempt=attempt)
 
     def _start_poller(self, run: Run, local: _Local, registration_id: str) -> None:
         assert self._nursery is not None, "FunctionLifecycle.run() is not running"

@@ -169,6 +169,8 @@ class FakeFunctionServer:
         #: every call in order: (method, run_uid, detail)
         self.calls: list[tuple[str, str, Any]] = []
         self.cancelled_invocations = 0
+        #: raised by every FunctionStatus call while set (a server's unexpected answer).
+        self.status_error: FunctionRpcError | None = None
 
     def _now_ns(self) -> int:
         return int(self._clock.now().timestamp() * 1_000_000_000)
@@ -228,6 +230,8 @@ class FakeFunctionServer:
 
     async def status(self, run_uid: str, registration_id: str) -> FunctionView:
         await self._enter("FunctionStatus", run_uid)
+        if self.status_error is not None:
+            raise self.status_error
         try:
             reg = self._resolve(run_uid, registration_id)
         except FunctionRpcError as exc:

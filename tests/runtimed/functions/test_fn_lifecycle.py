@@ -10,7 +10,7 @@ from fn_builders import fn_dict
 from fn_harness import GATEWAY, Harness, harness
 
 from krt.api.constants import REGISTRATION_CLEANUP_FINALIZER
-from runtimed.functions.client import RegisterSpec
+from runtimed.functions.client import FunctionRpcError, RegisterSpec
 from runtimed.functions.lifecycle import FENCE_ATTEMPT
 from runtimed.functions.registry import EntryState
 
@@ -275,6 +275,90 @@ async def test_restart_re_adopts_with_the_same_registration_id_and_no_status_wri
         runs.update_spec(key, cancelRequested=True)
         await h2.wait_phase(key, "Cancelled")
         assert uid not in server.registrations
+
+
+async def test_restart_of_runtimed_and_server_together_is_a_visible_registration_loss(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    # seed 000: a lost registration makes the Run not ready and enters registration
+    # recovery (retry engine: attempt + 1); re-adoption is only for a registration the
+    # server still holds, never a silent fresh registration under the old attempt
+    async with harness(tmp_path) as h:
+        key, uid = await make_ready(h, name="both", retry={"maxAttempts": 2, "backoff": "1s"})
+        runs, server = h.runs, h.server
+        first_id = server.registrations[uid].registration_id
+    server.lose_all()  # the Pod's containers restarted: both processes are new
+    async with harness(tmp_path, runs=runs, server=server) as h2:
+        with trio.fail_after(30):
+            while h2.status(key).get("attempt") != 2:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        status = h2.status(key)
+        assert status["reason"] == "RegistrationLost", status
+        assert "no longer holds" in status["message"]
+        assert h2.life.stats.adoptions == 0
+        status = await h2.wait_phase(key, "Ready", "Failed")
+        assert status["phase"] == "Ready", status
+        assert status["attempt"] == 2
+        assert server.registrations[uid].attempt == 2
+        assert server.registrations[uid].registration_id != first_id
+        # no RegisterFunction ever re-created the lost registration under attempt 1
+        assert [c[2][0] for c in server.calls if c[0] == "RegisterFunction"] == [1, 2]
+
+
+async def test_restart_together_without_retries_left_fails_registration_lost(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with harness(tmp_path) as h:
+        key, uid = await make_ready(h, name="both1")
+        runs, server = h.runs, h.server
+    server.lose_all()
+    async with harness(tmp_path, runs=runs, server=server) as h2:
+        status = await h2.wait_phase(key, "Failed")
+        assert status["reason"] == "RegistrationLost"
+        assert status["attempt"] == 1
+        assert uid not in server.registrations
+        assert h2.life.registry.accepting(uid) is None
+
+
+async def test_an_unreadable_adoption_probe_answer_still_adopts(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    # a server with stricter registration-ID rules refuses the probe: adopt as before
+    async with harness(tmp_path) as h:
+        key, uid = await make_ready(h, name="strict", idle=600)
+        runs, server = h.runs, h.server
+        first_id = server.registrations[uid].registration_id
+    server.status_error = FunctionRpcError("FunctionStatus", "INVALID_ARGUMENT", "bad id")
+    writes = len(runs.status_writes())
+    async with harness(tmp_path, runs=runs, server=server) as h2:
+        with trio.fail_after(10):
+            while h2.life.registry.accepting(uid) is None:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        server.status_error = None
+        assert h2.life.registry.accepting(uid).registration_id == first_id  # type: ignore[union-attr]
+        assert h2.life.stats.adoptions == 1
+        assert len(runs.status_writes()) == writes
+        assert h2.status(key)["phase"] == "Ready"
+
+
+async def test_a_transient_adoption_probe_answer_is_asked_again(
+    autojump_clock: trio.abc.Clock, tmp_path: Path
+) -> None:
+    async with harness(tmp_path) as h:
+        key, uid = await make_ready(h, name="busy", idle=600)
+        runs, server = h.runs, h.server
+    server.lose_all()
+    server.status_error = FunctionRpcError("FunctionStatus", "UNAVAILABLE", "restarting")
+    registers = server.methods(uid).count("RegisterFunction")
+    probes = server.methods(uid).count("FunctionStatus")
+    async with harness(tmp_path, runs=runs, server=server) as h2:
+        await trio.sleep(3)
+        assert server.methods(uid).count("FunctionStatus") >= probes + 2  # asked again
+        assert server.methods(uid).count("RegisterFunction") == registers  # nothing blind
+        assert h2.life.registry.accepting(uid) is None
+        server.status_error = None
+        status = await h2.wait_phase(key, "Failed")
+        assert status["reason"] == "RegistrationLost"
 
 
 async def test_cancel_after_restart_looks_the_registration_up(

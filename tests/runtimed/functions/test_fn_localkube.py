@@ -319,6 +319,49 @@ async def test_runtime_server_kill_re_registers_with_attempt_2(tmp_path: Path) -
                     }
 
 
+async def test_runtimed_and_server_killed_together_is_a_visible_registration_loss(
+    tmp_path: Path,
+) -> None:
+    # the Pod's containers restarted: the new runtimed must not silently register the Run
+    # afresh under attempt 1 on the new server (it holds nothing); seed 000 recovery instead
+    async with api() as kube:
+        pod = await kube.create(
+            PODS,
+            {
+                "metadata": {"name": "runtime-python-x3", "namespace": NS},
+                "spec": {"containers": [{"name": "runtime", "image": "kruntimes/python-runtime"}]},
+            },
+        )
+        workspace = tmp_path / "ws"
+        port = free_port()
+        env = Env(kube, pod, workspace, port)
+        async with runtime_server("python", workspace, port=port):
+            async with lifecycle(env) as life:
+                uid = await create_bound(
+                    env, "both", retryPolicy={"maxAttempts": 2, "backoff": "100ms"}
+                )
+                ready = await wait_phase(kube, "both", "Ready")
+                assert ready["status"]["attempt"] == 1
+                first_id = life.registry.accepting(uid).registration_id  # type: ignore[union-attr]
+        # both processes are gone; the workspace (an emptyDir) survives
+        async with runtime_server("python", workspace, port=port), lifecycle(env) as life2:
+            reasons: set[str] = set()
+            with trio.fail_after(20):
+                while True:
+                    status = (await kube.get(RUNS, "both", NS))["status"]
+                    reasons.add(str(status.get("reason")))
+                    if status.get("phase") == "Ready" and status.get("attempt") == 2:
+                        break
+                    await trio.sleep(0.02)
+            assert "RegistrationLost" in reasons
+            assert life2.stats.adoptions == 0
+            entry = life2.registry.accepting(uid)
+            assert entry is not None
+            assert entry.attempt == 2
+            assert entry.registration_id != first_id
+            assert await invoke(life2, uid, {"after": "both"}) == {"echo": {"after": "both"}}
+
+
 @asynccontextmanager
 async def base_only_server(work_dir: Path) -> AsyncIterator[int]:
     """The test Runtime Server without FunctionRuntime (tests/runtimed/base_only_server.py)."""
