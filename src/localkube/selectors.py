@@ -78,8 +78,14 @@ class LabelSelector:
 
     def matches(self, labels: Mapping[str, str] | None) -> bool:
         """Return whether an object's ``metadata.labels`` (None for none) match."""
+        requirements = self.requirements
+        if not requirements:  # (every watch event is matched: no generator for the usual case)
+            return True
         labels = labels or {}
-        return all(r.matches(labels) for r in self.requirements)
+        for requirement in requirements:
+            if not requirement.matches(labels):
+                return False
+        return True
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -187,7 +193,8 @@ def _path_getter(path: str) -> FieldGetter:
     def get(obj: Mapping[str, Any]) -> str | None:
         node: Any = obj
         for part in parts:
-            if not isinstance(node, Mapping):
+            # (decoded JSON objects are dicts: spare the slow abstract-class check)
+            if type(node) is not dict and not isinstance(node, Mapping):
                 return None
             node = node.get(part)
         if node is None:
@@ -222,7 +229,10 @@ class FieldSelector:
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         """Return whether the object satisfies every requirement."""
-        return all(r.matches(obj) for r in self.requirements)
+        for requirement in self.requirements:
+            if not requirement.matches(obj):
+                return False
+        return True
 
     def exact_value(self, field: str) -> str | None:
         """Return the value ``field`` must equal, if one requirement pins it (for indexing)."""

@@ -306,6 +306,9 @@ class Store:
         self._history: deque[StoredEvent] = deque(maxlen=history_limit)
         self._compacted = revision
         self._subscribers: list[_Subscriber] = []
+        # the same subscribers by kind (None: every kind), so a write visits only its own
+        # kind's watches and the followers of every kind, not every watch of the server
+        self._subscribers_of: dict[str | None, list[_Subscriber]] = {}
         self._watch_buffer = watch_buffer
         self._last_event: StoredEvent | None = None
         self._kind_revisions: dict[str, int] = {}
@@ -332,6 +335,7 @@ class Store:
         for sub in self._subscribers:
             sub.send.close()
         self._subscribers.clear()
+        self._subscribers_of.clear()
         self._backend.close()
 
     def encoded(self, obj: Any) -> bytes | None:
@@ -523,23 +527,30 @@ class Store:
     def _publish(self, event: StoredEvent) -> None:
         rkey, ns, _ = event.key
         dead: list[_Subscriber] = []
-        for sub in self._subscribers:
-            if sub.storage_key is not None and sub.storage_key != rkey:
-                continue
-            if sub.namespace is not None and sub.namespace != ns:
-                continue
-            if sub.accept is not None and not sub.accept(event):
-                continue
-            try:
-                sub.send.send_nowait(event)
-            except trio.WouldBlock:
-                sub.overflowed = True
-                dead.append(sub)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                dead.append(sub)
+        for group in (self._subscribers_of.get(rkey), self._subscribers_of.get(None)):
+            for sub in group or ():
+                if sub.namespace is not None and sub.namespace != ns:
+                    continue
+                if sub.accept is not None and not sub.accept(event):
+                    continue
+                try:
+                    sub.send.send_nowait(event)
+                except trio.WouldBlock:
+                    sub.overflowed = True
+                    dead.append(sub)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    dead.append(sub)
         for sub in dead:
             sub.send.close()
+            self._unsubscribe(sub)
+
+    def _unsubscribe(self, sub: _Subscriber) -> None:
+        if sub in self._subscribers:
             self._subscribers.remove(sub)
+            group = self._subscribers_of[sub.storage_key]
+            group.remove(sub)
+            if not group:
+                del self._subscribers_of[sub.storage_key]
 
     def end_watches(self, storage_key: str) -> None:
         """End every subscription to one kind (its CRD was deleted: the kind is gone).
@@ -548,9 +559,9 @@ class Store:
         kube-apiserver, their watch streams close and clients re-list (and get 404).
         Subscribers to every kind (``storage_key`` None) are not affected.
         """
-        for sub in [s for s in self._subscribers if s.storage_key == storage_key]:
+        for sub in list(self._subscribers_of.get(storage_key, ())):
             sub.send.close()
-            self._subscribers.remove(sub)
+            self._unsubscribe(sub)
 
     def history_since(
         self, revision: int, storage_key: str | None, namespace: str | None
@@ -606,12 +617,12 @@ class Store:
         send, receive = trio.open_memory_channel[StoredEvent](self._watch_buffer)
         sub = _Subscriber(storage_key, namespace, send, accept=accept)
         self._subscribers.append(sub)
+        self._subscribers_of.setdefault(storage_key, []).append(sub)
         try:
             with receive:
                 yield replay, receive
         finally:
-            if sub in self._subscribers:
-                self._subscribers.remove(sub)
+            self._unsubscribe(sub)
             send.close()
 
 

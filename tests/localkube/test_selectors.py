@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import pytest
 
 from localkube.selectors import (
@@ -102,3 +104,19 @@ def test_field_selector_unsupported_field_names_it() -> None:
 def test_field_selector_without_operator() -> None:
     with pytest.raises(SelectorError, match="can't understand"):
         parse_field_selector("metadata.name", FIELDS)
+
+
+def test_field_selector_reads_any_mapping_and_stops_at_a_non_object() -> None:
+    selector = parse_field_selector("spec.nodeName=n1", FIELDS)
+    assert selector.matches(MappingProxyType({"spec": MappingProxyType({"nodeName": "n1"})}))
+    assert not selector.matches({"spec": "n1"})
+    assert not selector.matches({"spec": ["nodeName"]})
+    # a missing field reads as "": it satisfies "!=" of any non-empty value
+    assert parse_field_selector("spec.nodeName!=n1", FIELDS).matches({"spec": None})
+
+
+def test_a_conjunction_fails_on_any_unmet_requirement() -> None:
+    assert not parse_field_selector("spec.nodeName=n1,status.phase=Pending", FIELDS).matches(POD)
+    assert not parse_field_selector("spec.nodeName=n2,status.phase=Running", FIELDS).matches(POD)
+    assert not parse_label_selector("app=web,tier=back").matches(LABELS)
+    assert parse_label_selector("").matches(None)

@@ -110,6 +110,34 @@ async def test_subscribers_get_events_and_slow_ones_are_closed() -> None:
         assert received == ["a", "b"]
 
 
+def test_events_reach_their_kind_and_every_kind_subscribers_only() -> None:
+    store = Store(storage.MemoryBackend())
+    secret_key = ("/secrets", "ns", "s")
+    with (
+        store.subscribe("/configmaps") as (_, configmaps),
+        store.subscribe("/configmaps", "other") as (_, other_namespace),
+        store.subscribe("/secrets") as (_, secrets),
+        store.subscribe(None) as (_, everything),
+    ):
+        store.create(key("a"), obj("a"))
+        store.create(secret_key, {"metadata": {"name": "s", "namespace": "ns"}})
+        assert configmaps.receive_nowait().key == key("a")
+        assert secrets.receive_nowait().key == secret_key
+        assert [everything.receive_nowait().key for _ in range(2)] == [key("a"), secret_key]
+        for channel in (configmaps, secrets, everything, other_namespace):
+            with pytest.raises(trio.WouldBlock):
+                channel.receive_nowait()
+        # a deleted kind ends its own watches only; a closed subscription gets nothing more
+        store.end_watches("/configmaps")
+        with pytest.raises(trio.EndOfChannel):
+            configmaps.receive_nowait()
+        store.create(key("b"), obj("b"))
+        assert everything.receive_nowait().key == key("b")
+        with pytest.raises(trio.WouldBlock):
+            secrets.receive_nowait()
+    store.create(key("c"), obj("c"))  # no subscribers left: nothing to deliver to
+
+
 def test_event_line_is_encoded_once_and_shared() -> None:
     store = open_store(None)
     with store.subscribe(None) as (_, channel):

@@ -171,6 +171,64 @@ async def test_label_selector_transitions(autojump_clock: trio.abc.Clock) -> Non
     assert [e["type"] for e in rec.events] == ["ADDED", "MODIFIED", "DELETED"]
 
 
+async def test_a_selected_watch_is_not_woken_for_objects_it_does_not_send(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a selector-filtered watch (runtimed's Runs of its own Pod) is filtered where the store
+    # publishes: other objects' writes never reach its queue, so they never wake it
+    store = storage.open_store(None)
+    rec = Recorder()
+    options = ListOptions(labels=parse_label_selector("app=web"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            run_watch,
+            store,
+            WatchRequest(rt=CM_TYPE, namespace="ns", options=options, timeout=5),
+            rec.emit,
+        )
+        await trio.sleep(1)
+        (subscriber,) = store._subscribers
+        queued: list[int] = []
+        send_nowait = subscriber.send.send_nowait
+
+        def counted(event: storage.StoredEvent) -> None:
+            queued.append(event.revision)
+            send_nowait(event)
+
+        monkeypatch.setattr(subscriber.send, "send_nowait", counted)
+        for index in range(5):
+            store.create(("/configmaps", "ns", f"db{index}"), cm(f"db{index}", app="db"))
+        assert queued == []
+        store.create(("/configmaps", "ns", "web"), cm("web", app="web"))
+        assert queued == [store.revision]
+    assert rec.types() == [("ADDED", "web")]
+
+
+async def test_a_selected_watch_replay_counts_the_events_it_skips(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # the initial-events-end BOOKMARK of a replay carries the last replayed revision, also
+    # when the events after the last sent one did not match
+    store = storage.open_store(None)
+    store.create(("/configmaps", "ns", "old"), cm("old", app="web"))
+    since = store.revision
+    store.create(("/configmaps", "ns", "web"), cm("web", app="web"))
+    store.create(("/configmaps", "ns", "db"), cm("db", app="db"))
+    rec = Recorder()
+    request = WatchRequest(
+        rt=CM_TYPE,
+        namespace="ns",
+        options=ListOptions(labels=parse_label_selector("app=web"), resource_version=str(since)),
+        bookmarks=True,
+        send_initial_events=True,
+        timeout=1,
+    )
+    await run_watch(store, request, rec.emit)
+    assert rec.types()[0] == ("ADDED", "web")
+    assert rec.events[1]["type"] == "BOOKMARK"
+    assert rec.events[1]["object"]["metadata"]["resourceVersion"] == str(store.revision)
+
+
 def test_transition_without_selectors_agrees_with_the_matching_path() -> None:
     # the no-selector fast path must give what an always-matching selector gives
     everything = ListOptions(labels=parse_label_selector("absent!=x"))

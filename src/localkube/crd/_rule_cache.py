@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
@@ -103,9 +104,13 @@ class RuleResultCache:
     """
 
     def __init__(self, max_entries: int = 4096) -> None:
-        self._entries: dict[CacheKey, Outcome] = {}
+        # OrderedDicts: evicting the oldest entry of a plain dict (``next(iter(d))``) scans
+        # the slots its earlier evictions left empty (microseconds once churning)
+        self._entries: OrderedDict[CacheKey, Outcome] = OrderedDict()
         self._max = max_entries
-        self._subtrees: dict[tuple[int, str, str], tuple[tuple[str, str, str], ...]] = {}
+        self._subtrees: OrderedDict[tuple[int, str, str], tuple[tuple[str, str, str], ...]] = (
+            OrderedDict()
+        )
         self._subtree_stats: dict[int, list[int]] = {}
 
     def __contains__(self, key: CacheKey) -> bool:
@@ -121,7 +126,7 @@ class RuleResultCache:
     def put(self, key: CacheKey, outcome: Outcome) -> None:
         """Store ``outcome``, evicting the oldest entry when full."""
         if len(self._entries) >= self._max:
-            del self._entries[next(iter(self._entries))]
+            self._entries.popitem(last=False)
         self._entries[key] = outcome
 
     def subtree_worth_trying(self, node_id: int) -> bool:
@@ -150,5 +155,5 @@ class RuleResultCache:
     ) -> None:
         """Store a subtree's rule errors, evicting the oldest entry when full."""
         if len(self._subtrees) >= self._max:
-            del self._subtrees[next(iter(self._subtrees))]
+            self._subtrees.popitem(last=False)
         self._subtrees[key] = errors

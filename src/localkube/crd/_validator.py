@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from typing import Any
 
 from localkube.crd import _fielderrors as fe
@@ -60,8 +61,10 @@ class CRDValidator:
         self._cache = RuleResultCache()
         root = self._root
         self._can_trust = not (root.all_of or root.any_of or root.one_of or root.not_)
-        # id -> the value itself (kept alive, so an id is never reused while listed)
-        self._admitted: dict[int, Any] = {}
+        # id -> the value itself (kept alive, so an id is never reused while listed); an
+        # OrderedDict because evicting the oldest entry of a plain dict that keeps
+        # changing (``next(iter(d))``) scans every deleted slot before it: ~2 us per write
+        self._admitted: OrderedDict[int, Any] = OrderedDict()
 
     @property
     def root(self) -> SchemaNode:
@@ -130,7 +133,7 @@ class CRDValidator:
         for key, value in admitted.items():
             if key not in ENVELOPE and isinstance(value, dict | list):
                 if len(self._admitted) >= MAX_REMEMBERED:
-                    del self._admitted[next(iter(self._admitted))]
+                    self._admitted.popitem(last=False)
                 self._admitted[id(value)] = value
 
 
