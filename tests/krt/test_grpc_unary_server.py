@@ -6,6 +6,9 @@ control, request framing errors and unknown methods are seen exactly as a peer s
 
 from __future__ import annotations
 
+import logging
+import socket
+import struct
 import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
@@ -444,3 +447,41 @@ async def test_an_inline_answer_waiting_for_the_window_ends_at_the_deadline(
         )
     assert 0 < len(body) <= 65_535
     assert trailers["grpc-status"] == str(DEADLINE_EXCEEDED)
+
+
+@pytest.mark.parametrize("direct_reads", [True, False])
+async def test_a_peer_that_resets_the_connection_ends_it_quietly(
+    port: int,
+    direct_reads: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Plain TCP is read with os.read after a readiness wait; a reset (ECONNRESET) ends the
+    connection as a clean close does, as the stream's BrokenResourceError did, and the
+    server serves the next connection."""
+    monkeypatch.setattr(unary_server, "DIRECT_READS", direct_reads)
+    caplog.set_level(logging.INFO, logger="krt.grpc.server")
+    ended = trio.Event()
+    serve = unary_server.UnaryConnection.serve
+
+    async def serve_and_tell(self: unary_server.UnaryConnection) -> None:
+        try:
+            await serve(self)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(unary_server.UnaryConnection, "serve", serve_and_tell)
+    ok = pb.InvokeFunctionRequest(invocation_id="a", input=b"in").SerializeToString()
+    with trio.fail_after(10):
+        client = await raw_client(port)
+        body, trailers = await client.call("InvokeFunction", [ok])
+        assert trailers["grpc-status"] == "0"
+        sock = client.stream.socket
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await client.stream.aclose()  # linger 0: RST instead of FIN
+        await ended.wait()
+        second = await raw_client(port)
+        _, trailers = await second.call("InvokeFunction", [ok])
+        assert trailers["grpc-status"] == "0"
+        await second.stream.aclose()
+    assert not [r for r in caplog.records if r.getMessage() == "connection dropped"]
