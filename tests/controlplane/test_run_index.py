@@ -62,6 +62,25 @@ def test_index_parses_each_version_once_and_keeps_the_replaced_one(
     assert index.parsed((NS, "a"), _obj("a", rv="2")) == (False, None)  # equal, not the same
 
 
+def test_latest_answers_by_identity_for_the_last_change_only() -> None:
+    index = RunIndex()
+    first = _obj("a", rv="1")
+    other = _obj("b", rv="5")
+    run_a = index.upsert((NS, "a"), first)
+    assert index.latest(first) == (True, run_a)
+    run_b = index.upsert((NS, "b"), other)
+    assert index.latest(other) == (True, run_b)
+    assert index.latest(first) == (False, None)  # no longer the last change: ask parsed()
+    assert index.parsed((NS, "a"), first) == (True, run_a)
+    second = _obj("a", rv="2", phase=Phase.SCHEDULED, pod="p")
+    run_a2 = index.upsert((NS, "a"), second)
+    assert index.latest(second) == (True, run_a2)
+    assert index.latest(first) == (True, run_a)  # the version that change replaced
+    assert index.latest(_obj("a", rv="2", phase=Phase.SCHEDULED, pod="p")) == (False, None)
+    index.remove((NS, "a"))
+    assert index.latest(second) == (True, run_a2)  # a DELETED event's handlers see it too
+
+
 def test_index_buckets_follow_every_change() -> None:
     index = RunIndex()
     index.upsert((NS, "a"), _obj("a", runtime="py"))

@@ -189,6 +189,10 @@ def test_paths() -> None:
 
 def test_names_are_quoted() -> None:
     assert PODS.path("ns", "a/b") == "/api/v1/namespaces/ns/pods/a%2Fb"
+    # every character outside the unreserved set is quoted, in names and namespaces
+    assert PODS.path("n s", "a.b_c~d-e") == "/api/v1/namespaces/n%20s/pods/a.b_c~d-e"
+    assert PODS.path("ns", "x?y#z%é") == "/api/v1/namespaces/ns/pods/x%3Fy%23z%25%C3%A9"
+    assert PODS.path("ns", "a\nb") == "/api/v1/namespaces/ns/pods/a%0Ab"
 
 
 @pytest.mark.parametrize(

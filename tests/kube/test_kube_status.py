@@ -10,7 +10,7 @@ from conftest import WIDGETS, widget
 from krt.kube import errors
 from krt.kube.client import Kube
 from krt.kube.resources import PODS, ResourceRef
-from krt.kube.status import patch_pod_condition, write_status
+from krt.kube.status import merged_status, patch_pod_condition, write_status, write_status_patch
 
 
 async def test_write_status_then_stale_write_conflicts(kube: Kube, widgets: ResourceRef) -> None:
@@ -43,6 +43,41 @@ async def test_write_status_refuses_unconditional_write(kube: Kube) -> None:
     with pytest.raises(ValueError, match="resourceVersion is required"):
         await write_status(kube, WIDGETS, obj, {"phase": "Running"})
     assert kube.requests == 0
+
+
+def test_merged_status_merges_without_touching_its_inputs() -> None:
+    conditions = [{"type": "Scheduled", "status": "True"}]
+    endpoint = {"url": "https://gw", "caBundle": "x"}
+    target = {"phase": "Pending", "message": "waiting", "conditions": conditions, "e": endpoint}
+    patch = {"phase": "Scheduled", "message": None, "e": {"caBundle": None}, "attempt": 1}
+    before = (repr(target), repr(patch))
+    merged = merged_status(target, patch)
+    assert merged == {
+        "phase": "Scheduled",
+        "conditions": conditions,
+        "e": {"url": "https://gw"},
+        "attempt": 1,
+    }
+    assert (repr(target), repr(patch)) == before  # neither input changed
+    assert merged["conditions"] is conditions  # unchanged values are shared, not copied
+    assert merged_status(None, {"phase": "Running", "gone": None}) == {"phase": "Running"}
+    # a mapping in the patch replaces a non-mapping value (RFC 7386)
+    assert merged_status({"e": "text"}, {"e": {"a": 1, "b": None}}) == {"e": {"a": 1}}
+
+
+async def test_write_status_patch_is_a_conditional_write(kube: Kube, widgets: ResourceRef) -> None:
+    cached = await kube.create(WIDGETS, widget("w1"))
+    first = await write_status_patch(kube, WIDGETS, cached, {"phase": "Running", "attempt": 1})
+    assert first["status"] == {"phase": "Running", "attempt": 1}
+    second = await write_status_patch(kube, WIDGETS, first, {"attempt": None, "reason": "R"})
+    assert second["status"] == {"phase": "Running", "reason": "R"}
+    with pytest.raises(errors.Conflict):  # a stale copy never overwrites
+        await write_status_patch(kube, WIDGETS, first, {"phase": "Failed"})
+    assert first["status"] == {"phase": "Running", "attempt": 1}  # the cached copy is kept
+    before = kube.requests
+    same = await write_status_patch(kube, WIDGETS, second, {"reason": "R"})
+    assert kube.requests == before  # a patch that changes nothing sends nothing
+    assert same == second
 
 
 def _pod(name: str) -> dict[str, Any]:

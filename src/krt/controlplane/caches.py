@@ -217,6 +217,8 @@ class Caches:
         self.runtimes.add_handler(self._forget_runtime)
         self._pod_states: dict[tuple[str, str], _KeptPodState] = {}
         self.pods.add_handler(self._forget_pod)
+        #: Ready endpoint Pod UIDs per Service key, with the slice versions they came from.
+        self._endpoint_uids: dict[str, tuple[list[Obj], frozenset[str]]] = {}
 
     @property
     def all_sets(self) -> list[InformerSet]:
@@ -265,6 +267,9 @@ class Caches:
         once when the informer delivered them; those parses are returned as they are. Any
         other dict (a fresh read) is parsed on the spot.
         """
+        found, run = self.run_index.latest(obj)
+        if found:
+            return run
         meta = _meta(obj)
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         found, run = self.run_index.parsed(key, obj)
@@ -383,7 +388,16 @@ class Caches:
 
     def endpoint_pod_uids(self, namespace: str, runtime: str) -> frozenset[str]:
         """UIDs of the Pods the Runtime's Service routes to (ready, not terminating)."""
-        slices = self.slices.by_index(
-            SLICES_BY_SERVICE, runtime_key(namespace, runtime_service_name(runtime))
-        )
-        return ready_endpoint_pod_uids(slices)
+        service = runtime_key(namespace, runtime_service_name(runtime))
+        slices = self.slices.by_index(SLICES_BY_SERVICE, service)
+        # asked on every Run event (the reaper's check); the answer changes only with a slice
+        kept = self._endpoint_uids.get(service)
+        if (
+            kept is not None
+            and len(kept[0]) == len(slices)
+            and all(a is b for a, b in zip(kept[0], slices, strict=True))
+        ):
+            return kept[1]
+        uids = ready_endpoint_pod_uids(slices)
+        self._endpoint_uids[service] = (slices, uids)
+        return uids

@@ -59,6 +59,7 @@ class RunIndex:
         """Create an empty index."""
         self._current: dict[RunKey, _Version] = {}
         self._replaced: tuple[RunKey, _Version] | None = None
+        self._latest: _Version | None = None  # the version the last upsert stored
         self._by_runtime: dict[str, dict[RunKey, None]] = {}
         self._by_pod: dict[str, dict[RunKey, None]] = {}
         self._pending: dict[str, dict[RunKey, None]] = {}
@@ -88,11 +89,14 @@ class RunIndex:
             return current.run
         run = _parse(key, obj)
         if current is not None:
-            self._unindex(key, current.run)
             self._replaced = (key, current)
+            if _same_buckets(current.run, run):  # most changes (status writes) move nothing
+                self._latest = self._current[key] = _Version(obj, run)
+                return run
+            self._unindex(key, current.run)
         if run is not None and key not in self._arrival:
             self._arrival[key] = next(self._counter)
-        self._current[key] = _Version(obj, run)
+        self._latest = self._current[key] = _Version(obj, run)
         self._index(key, run)
         return run
 
@@ -127,6 +131,25 @@ class RunIndex:
         _discard(self._pending, runtime, key)
 
     # -- reads -----------------------------------------------------------------------------
+
+    def latest(self, obj: Obj) -> tuple[bool, Run | None]:
+        """The kept parse of ``obj`` if it is the version stored or replaced by the last change.
+
+        The handlers of one informer event ask for exactly those two versions (``event.obj``
+        and ``event.old``), several times per event: this answers them by identity alone,
+        without building the Run's key. A miss says nothing; ask :meth:`parsed`.
+
+        Returns:
+            ``(True, run_or_None)`` when ``obj`` (by identity) is one of them, else
+            ``(False, None)``.
+        """
+        latest = self._latest
+        if latest is not None and latest.obj is obj:
+            return True, latest.run
+        replaced = self._replaced
+        if replaced is not None and replaced[1].obj is obj:
+            return True, replaced[1].run
+        return False, None
 
     def parsed(self, key: RunKey, obj: Obj) -> tuple[bool, Run | None]:
         """The kept parse of ``obj``, if it is the current or the last replaced version.
@@ -200,6 +223,17 @@ class RunIndex:
             if run is not None:
                 result.append(run)
         return result
+
+
+def _same_buckets(old: Run | None, new: Run | None) -> bool:
+    """Whether two parsed versions of one Run belong in exactly the same index buckets."""
+    if old is None or new is None:
+        return False
+    return (
+        old.spec.runtime == new.spec.runtime
+        and old.status.assigned_pod_uid == new.status.assigned_pod_uid
+        and _is_pending(old) == _is_pending(new)
+    )
 
 
 def _discard(index: dict[str, dict[RunKey, None]], value: str, key: RunKey) -> None:

@@ -7,7 +7,7 @@ the cached Run, Pods, Leases and usage, and for a bind records an *assumption*
 child task. The next cycle therefore already counts the Run on its Pod even though the
 informer has not delivered the bind yet, and cycles never wait on the network.
 
-A bind is a conditional status update (:func:`krt.kube.status.write_status`: PUT /status
+A bind is a conditional status update (:func:`krt.kube.status.write_status_patch`: PUT /status
 with the cached ``resourceVersion``). On 409 Conflict the assumption is dropped, the Run is
 re-read from the API and scheduled again from that fresh copy; a Run some other writer
 already bound is no longer Pending and is left alone, so a Run is never bound twice.
@@ -47,7 +47,6 @@ from typing import Any
 import trio
 
 from krt.api.constants import Reason
-from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase
 from krt.api.run import Run
 from krt.controlplane.caches import Caches, runtime_key
@@ -76,7 +75,7 @@ from krt.kube.events import EventSink
 from krt.kube.heartbeat import heartbeat_fresh
 from krt.kube.informer import EventType, InformerEvent, object_key
 from krt.kube.resources import RUNS
-from krt.kube.status import write_status
+from krt.kube.status import write_status_patch
 from krt.kube.workqueue import Requeue, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -400,7 +399,7 @@ class Scheduler:
         again); other API errors retry the key after half a second.
         """
         try:
-            await write_status(self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), patch))
+            await write_status_patch(self._kube, RUNS, obj, patch)
         except (Conflict, NotFound) as exc:
             log.debug("status write of %s/%s skipped: %s", *key, exc)
             return
@@ -430,9 +429,7 @@ class Scheduler:
         ``since`` is the trio time the Run was first queued as Pending (bind latency).
         """
         try:
-            await write_status(
-                self._kube, RUNS, obj, apply_merge_patch(obj.get("status"), decision.patch)
-            )
+            await write_status_patch(self._kube, RUNS, obj, decision.patch)
         except Conflict:
             self._metrics.bind_conflicts.inc()
             self._drop_assumption(key, run, assumption)

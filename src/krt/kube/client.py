@@ -768,7 +768,7 @@ class Kube:
                     raise error_from_status(response.status, payload)
                 async with aclosing(response.iter_lines()) as lines:
                     async for line in lines:
-                        if not line.strip():
+                        if not line or line.isspace():  # (strip() would copy every line)
                             continue
                         try:
                             event = _loads(line)

@@ -303,29 +303,36 @@ class Informer:
     # -- cache updates -------------------------------------------------------------------
 
     def _on_watch_event(self, kind: str, obj: Obj) -> None:
-        rv = _rv(obj)
+        # the hot path of every watch event: metadata is read once here and handed down
+        meta = obj.get("metadata") or {}
+        rv = str(meta.get("resourceVersion") or "")
         if kind == "BOOKMARK":
             if rv:
                 self.resource_version = rv
             return
-        key = object_key(obj)
+        name = meta.get("name")
+        if not name:
+            raise ValueError("object has no metadata.name")
+        key = (str(meta.get("namespace") or ""), str(name))
         if kind == "DELETED":
             old = self._remove(key)
             self._emit(InformerEvent(EventType.DELETED, obj, old))
         else:
-            self._upsert(key, obj)
+            self._upsert(key, obj, str(meta.get("uid") or ""), rv)
         if rv:
             self.resource_version = rv
 
-    def _upsert(self, key: Key, obj: Obj) -> None:
+    def _upsert(self, key: Key, obj: Obj, uid: str, rv: str) -> None:
+        """Store ``obj`` (whose ``metadata.uid`` and ``resourceVersion`` are given) and emit."""
         old = self._cache.get(key)
-        if old is not None and _uid(old) != _uid(obj):
-            self._remove(key)
-            self._emit(InformerEvent(EventType.DELETED, old, old))
-            old = None
-        if old is not None and _rv(old) == _rv(obj):
-            return
-        self._store(key, obj)
+        if old is not None:
+            if _uid(old) != uid:
+                self._remove(key)
+                self._emit(InformerEvent(EventType.DELETED, old, old))
+                old = None
+            elif _rv(old) == rv:
+                return
+        self._store(key, obj, uid, old)
         if old is None:
             self._emit(InformerEvent(EventType.ADDED, obj))
         else:
@@ -336,24 +343,23 @@ class Informer:
         for obj in items:
             key = object_key(obj)
             seen.add(key)
-            self._upsert(key, obj)
+            self._upsert(key, obj, _uid(obj), _rv(obj))
         for key in [k for k in self._cache if k not in seen]:
             old = self._remove(key)
             if old is not None:
                 self._emit(InformerEvent(EventType.DELETED, old, old))
 
-    def _store(self, key: Key, obj: Obj) -> None:
-        previous = self._cache.get(key)
-        if previous is not None:
-            self._uids.pop(_uid(previous), None)
+    def _store(self, key: Key, obj: Obj, uid: str, previous: Obj | None) -> None:
+        """Cache ``obj`` under ``key``; ``previous`` is the object it replaces (same UID)."""
+        if previous is not None and self._indexers:
             for name in self._indexers:
                 self._index_remove(name, key)
-        self._cache[key] = obj
-        uid = _uid(obj)
         if uid:
             self._uids[uid] = key
-        for name in self._indexers:
-            self._index_add(name, key, obj)
+        self._cache[key] = obj
+        if self._indexers:
+            for name in self._indexers:
+                self._index_add(name, key, obj)
 
     def _remove(self, key: Key) -> Obj | None:
         old = self._cache.pop(key, None)

@@ -8,6 +8,7 @@ subresource) and to stamp ``apiVersion``/``kind`` on new objects.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
@@ -30,6 +31,14 @@ __all__ = [
     "SERVICES",
     "ResourceRef",
 ]
+
+#: Characters ``quote(segment, safe="")`` leaves as they are (RFC 3986 unreserved).
+_UNRESERVED: Final = re.compile(r"[A-Za-z0-9_.~-]+")
+
+
+def _segment(text: str) -> str:
+    """``text`` URL-quoted as one path segment; names (DNS labels) need no quoting."""
+    return text if _UNRESERVED.fullmatch(text) else quote(text, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +94,7 @@ class ResourceRef:
         namespace_part, tail = self.url_parts(namespace, name, subresource)
         parts = [self.base, self.api_version]
         if namespace_part is not None:
-            parts += ["namespaces", quote(namespace_part, safe="")]
+            parts += ["namespaces", _segment(namespace_part)]
         parts.append(tail)
         return "/".join(parts)
 
@@ -116,7 +125,7 @@ class ResourceRef:
         if name is not None:
             if not name:
                 raise ValueError(f"{self.plural}: name must not be empty")
-            tail.append(quote(name, safe=""))
+            tail.append(_segment(name))
         if subresource is not None:
             if name is None:
                 raise ValueError(f"{self.plural}: subresource {subresource!r} needs a name")
