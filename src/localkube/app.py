@@ -26,6 +26,7 @@ import trio
 
 from localkube import (
     discovery,
+    freshness,
     handlers,
     jsonbody,
     openapi,
@@ -219,6 +220,11 @@ class ApiApp:
                     "the server does not allow this method on the requested resource",
                 )
             clean = "/" + path.strip("/")
+            if clean == "/openapi/v2" and openapi.wants_v2_protobuf(headers.get("accept", "")):
+                await self._respond(
+                    send, 200, openapi.v2_protobuf(), content_type=openapi.V2_PROTOBUF_MEDIA_TYPE
+                )
+                return
             if clean in ("/api", "/apis") and discovery.wants_aggregated(headers.get("accept", "")):
                 document = discovery.aggregated(ctx.registry, core=clean == "/api")
                 await self._respond(
@@ -300,6 +306,8 @@ class ApiApp:
             return discovery.core_versions(ctx.server_address)
         if clean == "/apis":
             return discovery.group_list(ctx.registry)
+        if clean == "/openapi/v2":
+            return openapi.v2_document()
         if clean == "/openapi/v3" or clean.startswith("/openapi/v3/"):
             documents = openapi.all_documents(ctx.registry, self._crd_schemas())
             if clean == "/openapi/v3":
@@ -368,6 +376,11 @@ class ApiApp:
             await self._respond(send, 200, result)
             return
         options = handlers.parse_list_options(rt, query)
+        wanted = handlers.parse_revision(options.resource_version)
+        if not options.continue_token and wanted is not None and wanted > ctx.store.revision:
+            # as kube-apiserver's watch cache: a future resourceVersion may arrive shortly
+            with trio.move_on_after(watching.FUTURE_RESOURCE_VERSION_WAIT):
+                await freshness.reach_revision(ctx.store, wanted)
         listing = ctx.handlers.list(
             rt, None if route.all_namespaces else self._namespace_of(route), options
         )

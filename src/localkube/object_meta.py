@@ -12,7 +12,8 @@ The map and list fields (labels, annotations, finalizers, ownerReferences) are d
 same way: a value that is not a JSON object/array of the right element type is a 400 with
 Go's message (``... Go struct field ObjectMeta.labels of type map[string]string``), for
 built-in kinds too, whose whole body kube-apiserver decodes into the typed object
-(``ObjectMeta.metadata.labels``). Their content rules (label syntax, qualified finalizer
+(``ObjectMeta.metadata.labels``; :func:`meta_problem` with prefix ``metadata.``, called by
+:mod:`localkube.builtin_types`). Their content rules (label syntax, qualified finalizer
 names, ownerReference fields required) stay the 422 checks of :mod:`localkube.objects` /
 :mod:`localkube.metadata_rules`.
 """
@@ -21,10 +22,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from typing import Any, Final
 
 from localkube.errors import ApiError
+from localkube.go_json import (
+    BOOL,
+    STRING,
+    STRING_MAP,
+    STRING_SLICE,
+    GoScalar,
+    GoSlice,
+    GoStruct,
+    GoType,
+    json_kind,
+    type_problem,
+)
 
 #: ObjectMeta's scalar fields and the Go type each is decoded into.
 SCALAR_FIELDS: Final[dict[str, str]] = {
@@ -51,38 +63,23 @@ _RFC3339: Final = re.compile(
 )
 
 
-def _json_kind(value: Any) -> str:
-    """The word Go's ``UnmarshalTypeError`` uses for a JSON value."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _decode_problem(field: str, value: Any) -> str | None:
-    """Go's decoding error for ``metadata.<field>`` = ``value``, or None when it decodes."""
+def _decode_problem(field: str, value: Any, path: str) -> str | None:
+    """Go's decoding error for the scalar ``field`` = ``value`` (``path`` names it)."""
     go_type = SCALAR_FIELDS[field]
     if value is None:
         return None  # null decodes to the zero value
     if go_type == "int64":
         if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
             return None
-        kind = _json_kind(value)
+        kind = json_kind(value)
         if kind == "number":  # a fraction or out of range: Go names the literal
             kind = f"number {json.dumps(value)}"
-        return (
-            f"json: cannot unmarshal {kind} into Go struct field ObjectMeta.{field} of type int64"
-        )
+        return f"json: cannot unmarshal {kind} into Go struct field ObjectMeta.{path} of type int64"
     if not isinstance(value, str):
         shown = "string" if go_type == "metav1.Time" else go_type
         return (
-            f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
-            f"ObjectMeta.{field} of type {shown}"
+            f"json: cannot unmarshal {json_kind(value)} into Go struct field "
+            f"ObjectMeta.{path} of type {shown}"
         )
     if go_type == "metav1.Time" and not _RFC3339.fullmatch(value):
         # Go names the layout element it stopped at; only the year is worded exactly
@@ -95,63 +92,54 @@ def _decode_problem(field: str, value: Any) -> str | None:
     return None
 
 
-#: ObjectMeta's map and list fields: (Go type of the field, Go type of one element).
-COLLECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
-    "labels": ("map[string]string", "string"),
-    "annotations": ("map[string]string", "string"),
-    "finalizers": ("[]string", "string"),
-    "ownerReferences": ("[]v1.OwnerReference", "v1.OwnerReference"),
-}
 #: v1.OwnerReference's fields and their Go types (``controller`` etc. are ``*bool``).
-_OWNER_REFERENCE_FIELDS: Final[dict[str, str]] = {
-    "apiVersion": "string",
-    "kind": "string",
-    "name": "string",
-    "uid": "types.UID",
-    "controller": "bool",
-    "blockOwnerDeletion": "bool",
+OWNER_REFERENCE: Final = GoStruct(
+    "v1.OwnerReference",
+    {
+        "apiVersion": STRING,
+        "kind": STRING,
+        "name": STRING,
+        "uid": GoScalar("types.UID", "string"),
+        "controller": BOOL,
+        "blockOwnerDeletion": BOOL,
+    },
+)
+#: ObjectMeta's map and list fields and their Go types.
+COLLECTION_FIELDS: Final[dict[str, GoType]] = {
+    "labels": STRING_MAP,
+    "annotations": STRING_MAP,
+    "finalizers": STRING_SLICE,
+    "ownerReferences": GoSlice("[]v1.OwnerReference", OWNER_REFERENCE),
 }
+#: ObjectMeta as checked inside a built-in body (its map and list fields; the scalar
+#: fields of a built-in object are not type-checked, a documented simplification).
+OBJECT_META: Final = GoStruct("v1.ObjectMeta", COLLECTION_FIELDS)
 
 
-def _unmarshal_error(value: Any, struct: str, path: str, go_type: str) -> str:
-    return (
-        f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
-        f"{struct}.{path} of type {go_type}"
-    )
+def meta_problem(meta: dict[str, Any], *, prefix: str) -> str | None:
+    """Go's decoding error for the first ObjectMeta field (in body order) that fails.
 
+    Args:
+        meta: an ObjectMeta object (not changed).
+        prefix: the field path before ``<field>`` in the message: ``""`` for a custom
+            resource's ``metadata`` (decoded alone), ``"metadata."`` for a built-in body
+            (decoded whole).
 
-def _owner_reference_problem(ref: dict[str, Any], path: str) -> str | None:
-    for field, value in ref.items():
-        go_type = _OWNER_REFERENCE_FIELDS.get(field)
-        if go_type is None or value is None:
-            continue
-        expected = bool if go_type == "bool" else str
-        if not isinstance(value, expected):
-            return _unmarshal_error(value, "OwnerReference", f"{path}.{field}", go_type)
-    return None
-
-
-def _collection_problem(field: str, value: Any, path: str) -> str | None:
-    """Go's decoding error for the map/list ``field`` = ``value`` (``path`` names it)."""
-    go_type, element_type = COLLECTION_FIELDS[field]
-    if value is None:
-        return None
-    is_map = go_type.startswith("map")
-    if not isinstance(value, dict if is_map else list):
-        return _unmarshal_error(value, "ObjectMeta", path, go_type)
-    elements: Iterable[Any] = value.values() if isinstance(value, dict) else value
-    for element in elements:
-        if element is None:
-            continue  # null decodes to the zero value; the 422 checks word it
-        if element_type == "string":
-            if not isinstance(element, str):
-                return _unmarshal_error(element, "ObjectMeta", path, element_type)
-        elif not isinstance(element, dict):
-            return _unmarshal_error(element, "ObjectMeta", path, element_type)
+    Returns:
+        ``json: cannot unmarshal ... into Go struct field ObjectMeta.<prefix><field> of type
+        ...`` (or Go's time parsing error), or None when every field decodes.
+    """
+    for field, value in meta.items():
+        if field in SCALAR_FIELDS:
+            problem = _decode_problem(field, value, prefix + field)
+        elif field in COLLECTION_FIELDS:
+            problem = type_problem(
+                value, COLLECTION_FIELDS[field], struct="ObjectMeta", path=prefix + field
+            )
         else:
-            problem = _owner_reference_problem(element, path)
-            if problem is not None:
-                return problem
+            continue
+        if problem is not None:
+            return problem
     return None
 
 
@@ -172,15 +160,13 @@ def check_collection_types(meta: dict[str, Any], *, kind: str, version: str) -> 
             ObjectMeta.metadata.<field> of type <go type>`` for the first wrong-typed
             labels, annotations, finalizers or ownerReferences value.
     """
-    for field, value in meta.items():
-        if field in COLLECTION_FIELDS:
-            problem = _collection_problem(field, value, f"metadata.{field}")
-            if problem is not None:
-                raise ApiError(
-                    400,
-                    "BadRequest",
-                    f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
-                )
+    problem = type_problem(meta, OBJECT_META, struct=kind, path="metadata")
+    if problem is not None:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
+        )
 
 
 def decode_object_meta(meta: dict[str, Any], *, kind: str, version: str) -> None:
@@ -203,19 +189,13 @@ def decode_object_meta(meta: dict[str, Any], *, kind: str, version: str) -> None
             (``ObjectMeta.labels of type string``), an ownerReference's field its struct
             (``OwnerReference.ownerReferences.uid of type types.UID``).
     """
-    for field, value in meta.items():
-        if field in SCALAR_FIELDS:
-            problem = _decode_problem(field, value)
-        elif field in COLLECTION_FIELDS:
-            problem = _collection_problem(field, value, field)
-        else:
-            continue
-        if problem is not None:
-            raise ApiError(
-                400,
-                "BadRequest",
-                f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
-            )
+    problem = meta_problem(meta, prefix="")
+    if problem is not None:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'{kind} in version "{version}" cannot be handled as a {kind}: {problem}',
+        )
     for key in [
         k for k in meta if k not in KNOWN_FIELDS or (k in SCALAR_FIELDS and meta[k] is None)
     ]:

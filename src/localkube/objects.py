@@ -17,7 +17,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from localkube import label_rules, metadata_rules, object_meta
+from localkube import builtin_types, label_rules, metadata_rules, object_meta
 from localkube.errors import ApiError, FieldError, invalid
 from localkube.resources import ResourceType
 
@@ -140,7 +140,8 @@ def check_body_identity(
     Raises:
         ApiError: 400 BadRequest on a mismatch, a body that is not an object, or a
             wrong-typed ObjectMeta field (custom objects: any; built-in kinds: labels,
-            annotations, finalizers, ownerReferences).
+            annotations, finalizers, ownerReferences, also in pod templates) or another
+            wrong-typed field of a built-in body (:mod:`localkube.builtin_types`).
     """
     if not isinstance(obj, dict):
         raise ApiError(400, "BadRequest", "the body of the request must be a JSON object")
@@ -169,7 +170,9 @@ def check_body_identity(
     if rt.crd_name:
         object_meta.decode_object_meta(meta, kind=rt.kind, version=rt.version)
     else:
-        object_meta.check_collection_types(meta, kind=rt.kind, version=rt.version)
+        builtin_types.check_builtin_types(
+            obj, storage_key=rt.storage_key, kind=rt.kind, version=rt.version
+        )
     if rt.namespaced:
         body_ns = meta.get("namespace")
         if body_ns and body_ns != namespace:

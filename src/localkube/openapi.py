@@ -13,16 +13,35 @@ carrying that parameter. The PATCH request body advertises only JSON patch and m
 media types: kubectl then computes strategic merge patches for built-in kinds from its own
 compiled-in types, and merge patches for custom kinds (its behaviour without OpenAPI
 schemas). CRD schemas are included as components so ``kubectl explain`` can read them.
-``/openapi/v2`` is not served.
+
+``/openapi/v2`` is served as an empty Swagger 2.0 document (no paths, no definitions), in
+JSON or, when asked for, in the gnostic ``openapi.v2.Document`` protobuf encoding that
+client-go's ``OpenAPISchema()`` requires. kubectl needs it for a ``kind: List``: its
+``fieldValidation`` check says a List has no server-side support, so with
+``--validate=strict`` (the default) it validates the List client-side against
+``/openapi/v2`` and fails when that is missing. With no definitions kubectl finds no schema
+for the List's items and skips their client-side check, then sends each item with
+``fieldValidation=Strict`` as for a single object, so the server still validates it.
+Building full v2 schemas from the v3 ones would be a large converter for no behaviour the
+project depends on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Final
 
 from localkube.resources import ResourceRegistry, ResourceType
+
+#: The version kube-apiserver's OpenAPI documents carry in ``info.version``.
+INFO_VERSION: Final = "v1.32.0-localkube"
+#: The protobuf media type of ``/openapi/v2`` (kube-openapi's, and the older ``@`` form).
+V2_PROTOBUF_MEDIA_TYPE: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+_V2_PROTOBUF_ACCEPTS: Final = (
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+)
 
 
 def _prefix(group: str, version: str) -> str:
@@ -113,7 +132,7 @@ def group_version_document(
         schemas[_schema_name(rt)] = schema
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.32.0-localkube"},
+        "info": {"title": "Kubernetes", "version": INFO_VERSION},
         "paths": paths,
         "components": {"schemas": schemas},
     }
@@ -148,3 +167,41 @@ def all_documents(
             if doc is not None:
                 result[_prefix(group, version)] = doc
     return result
+
+
+def v2_document() -> dict[str, Any]:
+    """Return the ``/openapi/v2`` document: Swagger 2.0 with no paths and no definitions."""
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": INFO_VERSION},
+        "paths": {},
+        "definitions": {},
+    }
+
+
+def wants_v2_protobuf(accept: str) -> bool:
+    """Whether an ``Accept`` header asks ``/openapi/v2`` for protobuf (client-go does)."""
+    offered = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    return any(media in _V2_PROTOBUF_ACCEPTS for media in offered)
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    # a proto3 string/message field; these payloads are all shorter than 128 bytes
+    if len(payload) >= 0x80:
+        raise ValueError(f"field {field}: {len(payload)} bytes needs a multi-byte length")
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+def v2_protobuf() -> bytes:
+    """Return :func:`v2_document` as a gnostic ``openapi.v2.Document`` protobuf message.
+
+    Fields (gnostic ``OpenAPIv2.proto``): ``swagger`` = 1, ``info`` = 2 (``title`` = 1,
+    ``version`` = 2), ``paths`` = 8 and ``definitions`` = 9 (present, empty).
+    """
+    info = _length_delimited(1, b"Kubernetes") + _length_delimited(2, INFO_VERSION.encode())
+    return (
+        _length_delimited(1, b"2.0")
+        + _length_delimited(2, info)
+        + _length_delimited(8, b"")
+        + _length_delimited(9, b"")
+    )

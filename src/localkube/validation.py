@@ -9,6 +9,10 @@ controller or node would otherwise trip over later:
   ``terminationGracePeriodSeconds`` and added tolerations (checked as: nothing else changed).
 * Deployment and ReplicaSet (apps/v1): ``spec.selector`` required and non-empty, must match
   ``spec.template.metadata.labels``, and is immutable; ``spec.replicas`` not negative.
+* Role and ClusterRole: :mod:`localkube.rbac_validation`.
+
+Wrong-typed fields never get here: decoding refuses them first with 400
+(:mod:`localkube.builtin_types`).
 
 Everything else is accepted as sent (documented simplification).
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from localkube import config_data
+from localkube import config_data, rbac_validation
 from localkube.errors import FieldError
 from localkube.selectors import SelectorError, label_selector_from_dict
 
@@ -140,5 +144,7 @@ VALIDATORS = {
     "/pods": pod_errors,
     "apps/deployments": workload_errors,
     "apps/replicasets": workload_errors,
+    "rbac.authorization.k8s.io/roles": rbac_validation.role_errors,
+    "rbac.authorization.k8s.io/clusterroles": rbac_validation.cluster_role_errors,
 }
 """Storage key -> validator for the built-in kinds checked here."""

@@ -114,6 +114,8 @@ class ClusterRoleAggregationController:
         self.kube = kube
         self.cluster_roles = cluster_roles
         self.queue: KeyedQueue[str] = KeyedQueue(self.reconcile, name="clusterrole-aggregation")
+        #: role name -> the aggregationRule problem last warned about (warned once each)
+        self.invalid: dict[str, str] = {}
         cluster_roles.add_handler(self._on_cluster_role)
 
     def _on_cluster_role(self, etype: str, role: dict[str, Any]) -> None:
@@ -131,12 +133,17 @@ class ClusterRoleAggregationController:
         """
         role = self.cluster_roles.cache.get(("", name))
         if role is None:
+            self.invalid.pop(name, None)
             return
         try:
             rules = aggregated_rules(role, self.cluster_roles.items())
         except SelectorError as exc:
-            log.warning("ClusterRole %s: invalid aggregationRule: %s", name, exc)
+            # stored before validation refused it; warn once, not on every role event
+            if self.invalid.get(name) != str(exc):
+                self.invalid[name] = str(exc)
+                log.warning("ClusterRole %s: invalid aggregationRule: %s", name, exc)
             return
+        self.invalid.pop(name, None)
         if rules is None or rules == _rules(role):
             return
         path = object_path(RBAC_GROUP_VERSION, "clusterroles", None, name)

@@ -7,7 +7,9 @@ callbacks that only enqueue keys.
 
 :class:`KeyedQueue` runs one sequential worker per key, in parallel across keys; a key
 dirtied while its worker runs is handled again afterwards; idle workers exit. A failing
-handler is logged and retried with back-off.
+handler is logged and retried with back-off, unless the failure comes from the object's
+shape (a stored object of a wrong type must not crash-loop a controller): that is logged
+once and waits for the object's next event.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import httpx
 import trio
@@ -139,14 +141,31 @@ class Informer:
                 await trio.sleep(min(5.0, 0.1 * 2 ** min(attempt, 6)) * random.uniform(0.5, 1.0))
 
 
+#: Exceptions a handler raises on an object of the wrong shape (a wrong-typed or missing
+#: field): not retried, since only a change to the object can cure them.
+MALFORMED_OBJECT_ERRORS: Final = (TypeError, ValueError, LookupError, AttributeError)
+#: API answers that a retry of the same write cannot change (400 BadRequest, 422 Invalid).
+PERMANENT_API_CODES: Final = frozenset({400, 422})
+
+
+def _is_permanent(exc: Exception) -> bool:
+    if isinstance(exc, ApiStatusError):
+        return exc.code in PERMANENT_API_CODES
+    return isinstance(exc, MALFORMED_OBJECT_ERRORS)
+
+
 class KeyedQueue(Generic[K]):
     """One sequential worker per key, parallel across keys.
 
     Args:
-        handler: ``await handler(key)`` reconciles one key; an exception is logged (API
-            and connection errors as warnings, 409 silently, anything else with its
-            traceback) and the key is retried after a back-off (0.1 s doubling to 10 s),
-            so one object's failure never stops the controller.
+        handler: ``await handler(key)`` reconciles one key. An exception never stops the
+            controller: one of :data:`MALFORMED_OBJECT_ERRORS` (an object of the wrong
+            shape) or an API answer in :data:`PERMANENT_API_CODES` is logged once per key
+            and distinct message (the former with its traceback), and the key waits for its
+            next :meth:`add` (the next event about it) instead of being retried; any other
+            exception is logged (API and connection errors as warnings,
+            409 silently, anything else with its traceback) and the key is retried after a
+            back-off (0.1 s doubling to 10 s).
         name: for logs.
     """
 
@@ -157,6 +176,7 @@ class KeyedQueue(Generic[K]):
         self._dirty: set[K] = set()
         self._running: set[K] = set()
         self._pending: set[K] = set()
+        self._malformed: dict[K, str] = {}
 
     def add(self, key: K) -> None:
         """Mark ``key`` for reconciliation (safe to call from any task, any time)."""
@@ -177,7 +197,14 @@ class KeyedQueue(Generic[K]):
                 try:
                     await self.handler(key)
                     failures = 0
+                    self._malformed.pop(key, None)
                 except Exception as exc:  # noqa: BLE001 - one key's failure never stops the rest
+                    if _is_permanent(exc):
+                        # retrying cannot fix an object of the wrong shape (or one the API
+                        # server refuses): skip the key until it is added again (an
+                        # event), and log each distinct failure once
+                        self._skip(key, exc)
+                        continue
                     failures += 1
                     if isinstance(exc, (ApiStatusError, httpx.TransportError, OSError)):
                         if not (isinstance(exc, ApiStatusError) and exc.code == 409):
@@ -188,6 +215,17 @@ class KeyedQueue(Generic[K]):
                     await trio.sleep(min(10.0, 0.05 * 2**failures))
         finally:
             self._running.discard(key)
+
+    def _skip(self, key: K, exc: Exception) -> None:
+        signature = f"{type(exc).__name__}: {exc}"
+        if self._malformed.get(key) == signature:
+            log.debug("%s %s: still failing: %s", self.name, key, signature)
+            return
+        self._malformed[key] = signature
+        if isinstance(exc, ApiStatusError):
+            log.warning("%s %s: %s; skipped until it changes", self.name, key, exc)
+        else:
+            log.exception("%s %s: reconcile failed; skipped until it changes", self.name, key)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host the workers; never returns unless cancelled."""

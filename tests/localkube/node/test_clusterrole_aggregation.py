@@ -86,6 +86,30 @@ def test_malformed_selector_is_refused_naming_it() -> None:
         aggregated_rules(agg, [agg, role("x", [], {"a": "1"})])
 
 
+async def test_a_stored_invalid_aggregation_rule_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # stored before validation refused it (F3): no warning on every ClusterRole event
+    from localkube.controllers.clusterrole_aggregation import ClusterRoleAggregationController
+    from localkube.controllers.informer import Informer
+
+    informer = Informer(None, CLUSTERROLES)  # type: ignore[arg-type] # never run: cache only
+    controller = ClusterRoleAggregationController(None, informer)  # type: ignore[arg-type]
+    bad = aggregator("bad", {"matchExpressions": [{"key": "a", "operator": "Near"}]})
+    informer.cache[("", "bad")] = bad
+    informer.cache[("", "x")] = role("x", [], {"a": "1"})
+    for _ in range(3):
+        await controller.reconcile("bad")
+    bad["aggregationRule"]["clusterRoleSelectors"][0]["matchExpressions"][0]["operator"] = "Far"
+    await controller.reconcile("bad")
+    warnings = [
+        r.getMessage() for r in caplog.records if "invalid aggregationRule" in r.getMessage()
+    ]
+    assert len(warnings) == 2, warnings
+    assert "'Near'" in warnings[0]
+    assert "'Far'" in warnings[1]
+
+
 # -- on localkube ----------------------------------------------------------------------------
 
 

@@ -368,3 +368,76 @@ async def test_keyed_queue_serialises_per_key_and_survives_failures(autojump_clo
     assert overlap == []
     assert calls.count("a") == 2
     assert calls.count("bad") == 3  # retried after each failure, then done
+
+
+async def test_keyed_queue_skips_a_malformed_object_until_it_changes(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a stored object of the wrong shape (F1: template annotations 5) must not crash-loop
+    import trio
+
+    from localkube.controllers.informer import KeyedQueue
+
+    rs = {
+        "metadata": {"name": "r", "namespace": "default", "uid": "u"},
+        "spec": {"template": {"metadata": {"annotations": 5}}},
+    }
+    calls: list[str] = []
+
+    async def handler(key: str) -> None:
+        calls.append(key)
+        await trio.lowlevel.checkpoint()
+        pod_from_template(rs)  # TypeError: 'int' object is not iterable
+
+    queue: KeyedQueue[str] = KeyedQueue(handler, name="replicaset")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(queue.run)
+        queue.add("r")
+        await trio.sleep(60)
+        assert calls == ["r"], "not retried on its own"
+        queue.add("r")  # the next event: tried again, the same failure not logged again
+        await trio.sleep(60)
+        assert calls == ["r", "r"]
+        rs["spec"]["template"]["metadata"]["annotations"] = {"a": "b"}  # fixed
+        queue.add("r")
+        await trio.sleep(1)
+        rs["spec"]["template"]["metadata"]["annotations"] = 6  # broken again: logged again
+        queue.add("r")
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert calls == ["r"] * 4
+    failures = [r for r in caplog.records if "reconcile failed" in r.getMessage()]
+    assert len(failures) == 2
+    assert all(r.exc_info and r.exc_info[0] is TypeError for r in failures)
+
+
+async def test_keyed_queue_does_not_retry_a_write_the_server_refuses(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import trio
+
+    from localkube.controllers.informer import KeyedQueue
+    from localkube.controllers.kubeapi import ApiStatusError
+
+    codes = {"invalid": 422, "conflict": 409, "unavailable": 503}
+    calls: list[str] = []
+
+    async def handler(key: str) -> None:
+        calls.append(key)
+        await trio.lowlevel.checkpoint()
+        raise ApiStatusError(codes[key], "X", "refused")
+
+    queue: KeyedQueue[str] = KeyedQueue(handler, name="t")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(queue.run)
+        for key in codes:
+            queue.add(key)
+        await trio.sleep(30)
+        nursery.cancel_scope.cancel()
+    assert calls.count("invalid") == 1  # 422: waits for the object's next event
+    assert calls.count("conflict") > 3
+    assert calls.count("unavailable") > 3
+    skipped = [
+        r.getMessage() for r in caplog.records if "skipped until it changes" in r.getMessage()
+    ]
+    assert skipped == ["t invalid: 422 X: refused; skipped until it changes"]
