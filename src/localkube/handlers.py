@@ -280,7 +280,8 @@ class Handlers:
             ApiError: 400 (body/URL mismatch), 404/403 (namespace missing or terminating),
                 405 (custom object of a terminating CRD), 409 AlreadyExists, 422 Invalid.
         """
-        named = isinstance(body, dict) and bool((body.get("metadata") or {}).get("name"))
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        named = isinstance(meta, dict) and bool(meta.get("name"))
         obj = objects.check_body_identity(rt, body, namespace=namespace, name=None)
         if rt.crd_name:
             crd = self.store.get(CRD_KEY, "", rt.crd_name)

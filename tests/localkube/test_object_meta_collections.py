@@ -115,3 +115,19 @@ def test_nulls_and_well_typed_collections_decode() -> None:
     object_meta.decode_object_meta(meta, kind="Run", version="v1alpha1")
     object_meta.check_collection_types(meta, kind="Pod", version="v1")
     assert meta["finalizers"] == ["example.com/f"]
+
+
+@pytest.mark.parametrize("metadata", [5, "x", True, [], ["a"]])
+async def test_metadata_that_is_not_an_object_is_400_for_custom_and_built_in_kinds(
+    widgets: httpx.AsyncClient,  # noqa: F811
+    admin_http: httpx.AsyncClient,
+    metadata: Any,
+) -> None:
+    """A user test sent ``"metadata": 5``: it was a 500 (the create handler read the name
+    before the body was checked)."""
+    for client, url, body in (
+        (widgets, WIDGETS, {**widget("bad"), "metadata": metadata}),
+        (admin_http, CM, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}),
+    ):
+        r = await client.post(url, json=body)
+        assert (r.status_code, r.json()["reason"]) == (400, "BadRequest"), r.text
