@@ -84,6 +84,7 @@ class ExecuteMarkers:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._dir = os.fspath(root)  # marker paths built as text: one Run costs two of them
         self._attempts: dict[str, int] = {}
 
     @classmethod
@@ -159,7 +160,7 @@ class ExecuteMarkers:
         previous = self._attempts.get(uid, 0)
         if previous >= attempt:
             return  # recorded already (a later attempt's marker covers an earlier one)
-        path = self.root / f"{uid}.{attempt}"
+        path = f"{self._dir}/{uid}.{attempt}"
         try:
             # O_NOFOLLOW: the workspace is shared with tasks; a link planted here is refused
             flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -197,8 +198,8 @@ class ExecuteMarkers:
 
     def _unlink(self, name: str) -> None:
         try:
-            os.unlink(self.root / name)
+            os.unlink(f"{self._dir}/{name}")
         except FileNotFoundError:
             pass
         except OSError as exc:
-            log.warning("cannot remove Execute marker %s: %s", self.root / name, exc)
+            log.warning("cannot remove Execute marker %s/%s: %s", self._dir, name, exc)

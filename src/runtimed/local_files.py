@@ -35,6 +35,7 @@ import errno
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -161,26 +162,34 @@ _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 def _parts_below(anchor: Path, path: Path) -> tuple[str, ...]:
     """``path``'s components below ``anchor`` (at least one).
 
+    Split as text (both are normalized ``Path`` objects): ``relative_to`` parsed both paths
+    again on every read and write of a Run's files.
+
     Raises:
         ValueError: ``path`` is not strictly below ``anchor``, or has ``..``/``.`` parts.
     """
-    parts = path.relative_to(anchor).parts
+    text, base = os.fspath(path), os.fspath(anchor)
+    prefix = base if base.endswith(os.sep) else base + os.sep
+    parts = tuple(text[len(prefix) :].split(os.sep)) if text.startswith(prefix) else ()
     if not parts or any(part in ("", ".", "..") for part in parts):
         raise ValueError(f"{path} is not a plain path below {anchor}")
     return parts
 
 
-def _open_component(name: str, flags: int, *, dir_fd: int, shown: Path, mode: int = 0o666) -> int:
+def _open_component(
+    name: str, flags: int, *, dir_fd: int, shown: Callable[[], Path], mode: int = 0o666
+) -> int:
     """``os.open(name, flags | O_NOFOLLOW, dir_fd=dir_fd)``, a link raising SymlinkRefusedError.
 
     Linux answers ``ELOOP`` for a link opened with ``O_NOFOLLOW``, but ``ENOTDIR`` when
     ``O_DIRECTORY`` is set too; the latter is told apart from a plain file by an ``lstat``.
+    ``shown()`` gives the path the error names (built only on error).
     """
     try:
         return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and _is_link(name, dir_fd)):
-            raise SymlinkRefusedError(shown) from None
+            raise SymlinkRefusedError(shown()) from None
         raise
 
 
@@ -205,10 +214,12 @@ def _open_parent(anchor: Path, parts: tuple[str, ...], *, create: bool) -> int:
         OSError: another error opening or creating a directory.
     """
     fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    shown = anchor
     try:
-        for part in parts[:-1]:
-            shown = shown / part
+        for depth, part in enumerate(parts[:-1], start=1):
+
+            def shown(depth: int = depth) -> Path:
+                return anchor.joinpath(*parts[:depth])
+
             try:
                 child = _open_component(part, _DIR_FLAGS, dir_fd=fd, shown=shown)
             except FileNotFoundError:
@@ -252,7 +263,7 @@ async def write_file(path: Path, data: bytes, *, anchor: Path) -> None:
         parent = _open_parent(anchor, parts, create=True)
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-            fd = _open_component(parts[-1], flags, dir_fd=parent, shown=path)
+            fd = _open_component(parts[-1], flags, dir_fd=parent, shown=lambda: path)
         finally:
             os.close(parent)
         try:
@@ -298,7 +309,7 @@ async def read_bounded(path: Path, limit: int, *, anchor: Path) -> bytes | None:
         try:
             # O_NONBLOCK: a FIFO in place of the file must not hang the caller
             flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-            fd = _open_component(parts[-1], flags, dir_fd=parent, shown=path)
+            fd = _open_component(parts[-1], flags, dir_fd=parent, shown=lambda: path)
         except FileNotFoundError:
             return None
         finally:

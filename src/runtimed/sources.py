@@ -15,6 +15,8 @@ mounted into both containers)::
 
     <workspace>/runs/<run-uid>/work/      the task's working directory (source lives here)
     <workspace>/runs/<run-uid>/outputs    the $KRUNTIME_OUTPUTS file (KEY=VALUE lines)
+    <workspace>/spare/<n>/work/           empty Run directories ready for reuse
+                                          (:mod:`runtimed.spare_dirs`)
 
 Each attempt is prepared afresh: the Run's directory is removed and rebuilt, so files a
 failed attempt left behind (or a half-finished checkout) never leak into the next one.
@@ -38,6 +40,7 @@ from krt.api.errors import OutputsError
 from krt.api.outputs import MAX_OUTPUTS_FILE_BYTES, parse_outputs_file
 from krt.api.run import Source
 from runtimed.local_files import SymlinkRefusedError, read_bounded, remove_tree, write_file
+from runtimed.spare_dirs import KEPT_FILE, SpareDirs
 
 __all__ = [
     "OUTPUTS_ENV",
@@ -109,12 +112,23 @@ class Workspace:
         Raises:
             ValueError: ``path`` is not under :attr:`root`.
         """
-        relative = path.relative_to(self.root)
-        return str((self.server_root or self.root) / relative)
+        # as text: both are normalized Paths (relative_to re-parsed both on every start)
+        text, root = os.fspath(path), os.fspath(self.root)
+        if text != root and not text.startswith(root if root.endswith(os.sep) else root + os.sep):
+            raise ValueError(f"{path} is not under the workspace {self.root}")
+        if self.server_root is None:
+            return text
+        rest = text[len(root) :].lstrip(os.sep)
+        return os.fspath(self.server_root / rest) if rest else os.fspath(self.server_root)
 
     def runs_dir(self) -> Path:
         """``<workspace>/runs``: one directory per Run UID."""
         return self.root / "runs"
+
+    def spare_dir(self) -> Path:
+        """``<workspace>/spare``: empty Run directories ready for reuse
+        (:class:`runtimed.spare_dirs.SpareDirs`)."""
+        return self.root / "spare"
 
     def trash_dir(self) -> Path:
         """``<workspace>/trash``: finished Runs' directories until removed
@@ -191,8 +205,10 @@ async def _checkout(git: str, work: Path, repo_url: str, commit_sha: str) -> Non
     await _git(git, "-c", "advice.detachedHead=false", "checkout", "--quiet", commit_sha, cwd=work)
 
 
-async def _reset_dir(files: RunFiles) -> None:
+async def _reset_dir(files: RunFiles, spares: SpareDirs | None, *, keep_file: bool) -> None:
     await remove_tree(files.root)
+    if spares is not None and spares.take(files.root, keep_file=keep_file):
+        return
     try:
         try:
             os.mkdir(files.root)
@@ -216,10 +232,13 @@ async def _write_inline(files: RunFiles, source: Source) -> None:
         ) from None
 
 
-async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "git") -> None:
+async def prepare_source(
+    source: Source | None, files: RunFiles, *, git: str = "git", spares: SpareDirs | None = None
+) -> None:
     """Prepare a Run's working directory for one attempt (seed 003, issue 6).
 
-    Removes ``files.root``, recreates ``files.work``, checks out ``repoURL`` at
+    Removes ``files.root``, recreates ``files.work`` (a spare directory renamed into place
+    when ``spares`` has one), checks out ``repoURL`` at
     ``commitSHA`` there when set, and writes ``inline`` to its path. A Run without source
     gets an empty working directory (the task runs ``entrypoint``/``args`` as given).
 
@@ -227,6 +246,7 @@ async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "
         source: ``spec.source``.
         files: the Run's paths (:meth:`Workspace.files`).
         git: the git executable.
+        spares: empty Run directories to take the new one from.
 
     Raises:
         PreparationError: the directory cannot be created, ``inlinePath`` escapes the
@@ -239,7 +259,14 @@ async def prepare_source(source: Source | None, files: RunFiles, *, git: str = "
             raise PreparationError(
                 "spec.source.repoURL and spec.source.commitSHA must be set together"
             )
-        await _reset_dir(files)
+        # a spare's kept script file may stay only if the inline source rewrites it at once
+        rewritten = (
+            source is not None
+            and source.inline is not None
+            and source.repo_url is None
+            and source.effective_inline_path == KEPT_FILE
+        )
+        await _reset_dir(files, spares, keep_file=rewritten)
         if source is not None and source.repo_url is not None and source.commit_sha is not None:
             await _checkout(git, files.work, source.repo_url, source.commit_sha)
         if source is not None and source.inline is not None:

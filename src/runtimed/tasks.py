@@ -78,6 +78,7 @@ from runtimed.sources import (
     read_outputs,
     remove_run_files,
 )
+from runtimed.spare_dirs import SpareDirs
 from runtimed.start_window import StartWindow
 from runtimed.status_merge import merged_status
 from runtimed.task_decisions import (
@@ -251,7 +252,8 @@ class TaskLifecycle:
         self._writer = writer
         self._server = server
         self.workspace = workspace
-        self.trash = Trash(workspace.trash_dir())
+        self.spares = SpareDirs(workspace.spare_dir())
+        self.trash = Trash(workspace.trash_dir(), spares=self.spares)
         self.markers = ExecuteMarkers.in_workspace(workspace.root)
         self._clock = clock
         self.metrics = metrics or RuntimedMetrics()
@@ -332,6 +334,7 @@ class TaskLifecycle:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.trash.run)
+            await trio.to_thread.run_sync(self.spares.fill)
             await self.markers.load()  # before any reconciliation reads them
             await nursery.start(self._run_queue)
             await self.sweep()
@@ -706,7 +709,7 @@ class TaskLifecycle:
         started = trio.current_time()
         try:
             with trio.fail_after(self.timings.prepare):
-                await prepare_source(run.spec.source, files, git=self._git)
+                await prepare_source(run.spec.source, files, git=self._git, spares=self.spares)
         except (PreparationError, trio.TooSlowError) as exc:
             message = str(exc) or f"source preparation took longer than {self.timings.prepare:g}s"
             task_log.warning("source preparation failed: %s", message, extra=self._fields(run))

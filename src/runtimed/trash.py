@@ -7,7 +7,9 @@ machine busiest. :meth:`Trash.discard` instead renames the directory into
 :meth:`Trash.run` removes what collected there once no Run has been discarded for
 ``quiet`` seconds, or at the latest ``max_delay`` seconds after the oldest, all in one
 worker-thread call. On start it removes whatever a previous runtimed left there, so a
-restart leaks nothing.
+restart leaks nothing. With a :class:`~runtimed.spare_dirs.SpareDirs` pool, directories are
+emptied and given to the pool while it has room, instead of being removed (a Run directory
+renamed into place costs less than a new one).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Final
 
 import trio
+
+from runtimed.spare_dirs import Spare, SpareDirs
 
 __all__ = ["QUIET_SECONDS", "MAX_DELAY_SECONDS", "Trash"]
 
@@ -39,22 +43,32 @@ class Trash:
             directories discarded into it; created when missing.
         quiet: seconds without a discard before the trash is emptied (>= 0).
         max_delay: seconds at most a discarded directory waits (>= ``quiet``).
+        spares: the pool that takes emptied directories while it has room; ``None``
+            removes every directory.
 
     Raises:
         ValueError: ``quiet`` < 0 or ``max_delay`` < ``quiet``.
     """
 
     def __init__(
-        self, root: Path, *, quiet: float = QUIET_SECONDS, max_delay: float = MAX_DELAY_SECONDS
+        self,
+        root: Path,
+        *,
+        quiet: float = QUIET_SECONDS,
+        max_delay: float = MAX_DELAY_SECONDS,
+        spares: SpareDirs | None = None,
     ) -> None:
         if quiet < 0 or max_delay < quiet:
             raise ValueError(
                 f"need 0 <= quiet <= max_delay seconds, got quiet={quiet}, max_delay={max_delay}"
             )
         self.root = root
+        self._dir = os.fspath(root)
         self.quiet = quiet
         self.max_delay = max_delay
+        self._spares = spares
         self._names = itertools.count()
+        self._pid = os.getpid()
         self._pending = 0
         self._wakeup = trio.Event()
         self._batch_done = trio.Event()
@@ -73,7 +87,7 @@ class Trash:
             True when ``path`` was moved (or did not exist); False when it could not be
             moved (another file system, a permission problem): the caller removes it itself.
         """
-        target = self.root / f"{path.name}.{os.getpid()}.{next(self._names)}"
+        target = f"{self._dir}/{os.path.basename(path)}.{self._pid}.{next(self._names)}"
         try:
             os.rename(path, target)
         except OSError as exc:
@@ -104,7 +118,10 @@ class Trash:
                     break
             self._wakeup = trio.Event()
             batch, self._pending = self._pending, 0
-            await trio.to_thread.run_sync(self._empty)
+            wanted = self._spares.wanted() if self._spares is not None else 0
+            reclaimed = await trio.to_thread.run_sync(self._empty, wanted)
+            if self._spares is not None:
+                self._spares.add(reclaimed)
             self.emptied += batch
             self._batch_done.set()
             self._batch_done = trio.Event()
@@ -115,13 +132,26 @@ class Trash:
 
     def _reset(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._empty()
+        self._empty(0)
 
-    def _empty(self) -> None:
+    def _empty(self, wanted: int) -> list[Spare]:
+        """Remove what is in the trash, giving up to ``wanted`` directories to the pool.
+
+        Returns:
+            The directories reclaimed (for :meth:`SpareDirs.add`).
+        """
+        reclaimed: list[Spare] = []
         try:
             names = os.listdir(self.root)
         except OSError as exc:
             log.warning("cannot list the trash %s: %s", self.root, exc)
-            return
+            return reclaimed
         for name in names:
-            shutil.rmtree(self.root / name, ignore_errors=True)
+            path = f"{self._dir}/{name}"
+            if self._spares is not None and len(reclaimed) < wanted:
+                moved = self._spares.reclaim(path)
+                if moved is not None:
+                    reclaimed.append(moved)
+                    continue
+            shutil.rmtree(path, ignore_errors=True)
+        return reclaimed

@@ -1,0 +1,249 @@
+"""A pool of empty Run directories, renamed into place instead of created for each Run.
+
+Issue 6 (CPU per task Run): creating a directory on the workspace's file system allocates an
+inode and a block, and on ext4 under a burst that is the dearest system call runtimed makes
+per Run: two ``mkdir`` (the Run's directory and its ``work``) cost 50-150 µs of CPU together
+on the bench machine when quiet, several hundred µs while other processes write to the disk,
+against ~25 µs for one ``rename`` of a directory that already exists. (Measured with
+``time.process_time``: the driver of one runtimed against a real Bash Runtime Server spent
+0.1 ms of system time per Run with its workspace on tmpfs and 0.6-1.9 ms on ext4.)
+
+So a Run's directory comes from this pool when it has one: ``<workspace>/spare/<n>``, an
+empty directory holding an empty ``work``, exactly what :func:`runtimed.sources.prepare_source`
+would create, moved to ``runs/<uid>`` with one ``rename``. The pool is filled once when the
+task lifecycle starts (in a worker thread) and refilled with the directories of finished
+Runs: :class:`runtimed.trash.Trash` hands each discarded directory to :meth:`SpareDirs.reclaim`
+(also in its worker thread), which empties it and moves it back into the pool, or refuses
+it, and the trash removes it as before.
+
+A reclaimed directory must be indistinguishable from a new one: it is reused only if it and
+its ``work`` are real directories (never a link) with the owner, group and permission bits a
+new directory gets here (taken from a probe directory at :meth:`fill`) and no extended
+attribute but security labels (so no POSIX ACL);
+everything else in them is removed first (never following a link). Anything unexpected, or
+any error, and the directory is not reused.
+
+One file may stay: ``work/script``, the default inline source file, when it is a regular
+file with one link, the owner, group and permission bits a new file gets (probed too) and
+no extended attribute but security labels. A Run whose inline source goes there rewrites it in place (``O_TRUNC``: the inode is
+reused, its old content gone); any other Run gets it removed by :meth:`SpareDirs.take`. Every
+new inode costs: ext4's allocator skips recently deleted inodes, reading their inode table
+blocks (``recently_deleted``), so creating files costs more the more files were just
+deleted, and perf showed ``ext4_create`` as runtimed's largest kernel cost per Run. The pool is private to runtimed by convention
+only: tasks share the workspace and are trusted (docs/security.md), as for ``runs/``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Final
+
+from krt.api.run import DEFAULT_INLINE_PATH
+
+__all__ = ["KEPT_FILE", "SPARE_DIRS", "Spare", "SpareDirs"]
+
+log = logging.getLogger(__name__)
+
+#: Empty Run directories kept ready per runtimed (about a burst's worth: 2 inodes each).
+SPARE_DIRS: Final = 128
+#: The Run's working directory inside a Run directory (``RunFiles.work``).
+WORK: Final = "work"
+#: The file a reclaimed directory may keep (the default inline source file).
+KEPT_FILE: Final = DEFAULT_INLINE_PATH
+
+#: A spare: its path and whether it holds a kept :data:`KEPT_FILE`.
+Spare = tuple[str, bool]
+
+
+class SpareDirs:
+    """Empty Run directories ready to be renamed into place (see the module docstring).
+
+    :meth:`fill` and :meth:`reclaim` block (worker thread); :meth:`take` and :meth:`add` run
+    on the event loop (one ``rename`` at most).
+
+    Args:
+        root: the pool's directory (``<workspace>/spare``), on the file system of the Run
+            directories; created by :meth:`fill`.
+        size: most directories kept (>= 0; 0 turns the pool off).
+
+    Raises:
+        ValueError: ``size`` < 0.
+    """
+
+    def __init__(self, root: Path, *, size: int = SPARE_DIRS) -> None:
+        if size < 0:
+            raise ValueError(f"spare directory count must be >= 0, got {size}")
+        self.root = root
+        self.size = size
+        self._dir = os.fspath(root)
+        self._ready: list[Spare] = []
+        self._names = itertools.count()
+        #: (uid, gid, permission bits) of a new directory; None until fill() probed it
+        self._fresh: tuple[int, int, int] | None = None
+        #: the same of a new file (as runtimed.local_files.write_file creates them)
+        self._fresh_file: tuple[int, int, int] | None = None
+
+    @property
+    def ready(self) -> int:
+        """Directories in the pool now."""
+        return len(self._ready)
+
+    def wanted(self) -> int:
+        """How many more directories the pool takes (0 before :meth:`fill`)."""
+        if self._fresh is None:
+            return 0
+        return max(0, self.size - len(self._ready))
+
+    def fill(self) -> None:
+        """Empty the pool's directory (a previous runtimed's leftovers), then fill the pool.
+
+        Blocking: call in a worker thread. An error is logged and leaves the pool short or
+        off (Runs then create their directories as without it).
+        """
+        try:
+            os.makedirs(self._dir, exist_ok=True)
+            for name in os.listdir(self._dir):
+                shutil.rmtree(os.path.join(self._dir, name), ignore_errors=True)
+            probe = f"{self._dir}/probe"
+            os.mkdir(probe)
+            info = os.lstat(probe)
+            os.close(os.open(f"{probe}/file", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            file_info = os.lstat(f"{probe}/file")
+            os.unlink(f"{probe}/file")
+            os.rmdir(probe)
+            self._fresh = (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode))
+            self._fresh_file = (file_info.st_uid, file_info.st_gid, stat.S_IMODE(file_info.st_mode))
+            made: list[Spare] = []
+            for _ in range(self.size):
+                path = f"{self._dir}/{next(self._names)}"
+                os.mkdir(path)
+                os.mkdir(f"{path}/{WORK}")
+                made.append((path, False))
+        except OSError as exc:
+            log.warning("spare Run directories in %s: %s", self._dir, exc)
+            return
+        self._ready = made
+
+    def take(self, target: Path, *, keep_file: bool = False) -> bool:
+        """Move a spare directory to ``target`` (a Run directory that does not exist).
+
+        Args:
+            target: the Run's directory.
+            keep_file: the caller rewrites ``work/``:data:`KEPT_FILE` at once (with
+                ``O_TRUNC``), so a kept one may stay; otherwise it is removed here.
+
+        Returns:
+            True when ``target`` is now a directory holding ``work``, which is empty or
+            (``keep_file`` only) holds just a regular :data:`KEPT_FILE`; False when the pool
+            is empty (or its directories are gone, or one cannot be used): create it instead.
+        """
+        while self._ready:
+            spare, has_file = self._ready.pop()
+            try:
+                os.rename(spare, target)
+            except OSError:
+                if not os.path.lexists(spare):
+                    continue  # the spare is gone (a task removed it): try the next one
+                # the target is in the way, or its parent is missing: keep the spare
+                self._ready.append((spare, has_file))
+                return False
+            if has_file and not keep_file:
+                try:
+                    os.unlink(f"{os.fspath(target)}/{WORK}/{KEPT_FILE}")
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    shutil.rmtree(target, ignore_errors=True)
+                    return False
+            return True
+        return False
+
+    def add(self, paths: list[Spare]) -> None:
+        """Make directories :meth:`reclaim` returned available (event loop)."""
+        room = max(0, self.size - len(self._ready))
+        self._ready.extend(paths[:room])
+
+    def reclaim(self, path: str) -> Spare | None:
+        """Empty the discarded Run directory ``path`` and move it into the pool.
+
+        Blocking: call in a worker thread, on directories no one else uses (the trash).
+
+        Returns:
+            The spare (its path in the pool, and whether it kept its :data:`KEPT_FILE`), or
+            ``None`` when it is not reused (not like a new directory, or an error): the
+            caller removes it.
+        """
+        fresh, fresh_file = self._fresh, self._fresh_file
+        if fresh is None or fresh_file is None:
+            return None
+        try:
+            if not _like_new(path, fresh):
+                return None
+            work = f"{path}/{WORK}"
+            has_work = False
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    if entry.name == WORK and entry.is_dir(follow_symlinks=False):
+                        has_work = True
+                    else:
+                        _remove(entry)
+            if not has_work or not _like_new(work, fresh):
+                return None
+            kept = False
+            with os.scandir(work) as entries:
+                for entry in entries:
+                    if entry.name == KEPT_FILE and _like_new_file(entry, fresh_file):
+                        kept = True
+                    else:
+                        _remove(entry)
+            target = f"{self._dir}/{next(self._names)}"
+            os.rename(path, target)
+        except OSError:
+            return None
+        return target, kept
+
+
+def _like_new(path: str, fresh: tuple[int, int, int]) -> bool:
+    """Whether ``path`` is a directory (not a link) as new ones are here, without xattrs."""
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        return False
+    if (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) != fresh:
+        return False
+    return _no_xattrs(path)
+
+
+def _like_new_file(entry: os.DirEntry[str], fresh: tuple[int, int, int]) -> bool:
+    """Whether ``entry`` is a regular file with one link, as new ones are, without xattrs."""
+    if not entry.is_file(follow_symlinks=False):
+        return False
+    info = entry.stat(follow_symlinks=False)
+    if info.st_nlink != 1 or (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) != fresh:
+        return False
+    return _no_xattrs(entry.path)
+
+
+def _no_xattrs(path: str) -> bool:
+    """Whether ``path`` has no extended attribute (an ACL included) but security labels.
+
+    Security labels (``security.*``, e.g. SELinux's) are the file system's, set on new files
+    too; anything else was added by a task and would outlive its Run.
+    """
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:  # a file system without extended attributes
+        return True
+    return all(name.startswith("security.") for name in names)
+
+
+def _remove(entry: os.DirEntry[str]) -> None:
+    """Remove one directory entry; a directory with everything in it (links not followed)."""
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path)
+    else:
+        os.unlink(entry.path)
