@@ -54,7 +54,7 @@ from krt.kube.errors import Conflict, NotFound
 from krt.kube.events import EventSink, NullEventSink
 from krt.kube.informer import EventType, InformerEvent
 from krt.kube.resources import RUNS
-from krt.kube.status import write_status
+from krt.kube.status import merged_status, write_status
 from krt.kube.workqueue import Requeue, WorkQueue
 from runtimed.execute_markers import ExecuteMarkerError, ExecuteMarkers
 from runtimed.identity import PodIdentity
@@ -80,7 +80,6 @@ from runtimed.sources import (
 )
 from runtimed.spare_dirs import SpareDirs
 from runtimed.start_window import StartWindow
-from runtimed.status_merge import merged_status
 from runtimed.task_decisions import (
     UNREACHABLE_RETRY_SECONDS,
     CancelExecution,

@@ -53,6 +53,7 @@ from krt.kube.clock import Clock
 from krt.kube.errors import Conflict, NotFound
 from krt.kube.events import EventSink, NullEventSink
 from krt.kube.informer import EventType, InformerEvent
+from krt.kube.status import merged_status
 from krt.kube.workqueue import Requeue, WorkQueue
 from runtimed.functions.client import FunctionRpcError, FunctionServer, RegisterSpec, RegState
 from runtimed.functions.decisions import (
@@ -86,7 +87,6 @@ from runtimed.identity import PodIdentity
 from runtimed.run_fields import assigned_pod_uid, queue_key, resource_version, run_uid
 from runtimed.server_channel import ServerUnavailable
 from runtimed.sources import PreparationError, Workspace
-from runtimed.status_merge import merged_status
 from runtimed.tasks import RunCache, StatusWriter
 
 __all__ = ["FunctionLifecycle", "FunctionStats"]

@@ -1,4 +1,4 @@
-"""runtimed.status_merge: RFC 7386 merge without copying what the patch leaves unchanged."""
+"""krt.kube.status.merged_status: RFC 7386 merge without copying what the patch leaves unchanged."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from krt.api.patches import apply_merge_patch
-from runtimed.status_merge import merged_status
+from krt.kube.status import merged_status
 
 STATUS: dict[str, Any] = {
     "phase": "Scheduled",
