@@ -25,6 +25,14 @@ The marker is an empty file ``<workspace>/execute-markers/<run-uid>.<attempt>``:
   rewrites a file in place (a process killed mid-write cannot leave a half marker), and a
   marker of an older attempt never matches a newer one: it is removed when the newer attempt
   records its own, and ignored if that removal fails;
+* made without allocating an inode in the burst: :meth:`ExecuteMarkers.load` keeps
+  :data:`SPARE_MARKERS` empty files in ``execute-markers.spare/`` beside it, a marker is one of
+  them renamed to its name, and a cleared marker is renamed back (unlinked only when the
+  spares are full). Issue 6: ext4 scans its recently deleted inodes on every inode it
+  allocates, and one marker file created and one deleted per Run was ~6% of the whole
+  cluster's CPU in a task burst (``perf``: ``recently_deleted`` under runtimed's
+  ``open``). Only the name counts, never the content, so a spare another process tampered
+  with (a link) is harmless: a rename never follows it;
 * not fsynced: it only has to outlive processes (container restarts keep the page cache and
   the emptyDir), not the node, whose loss takes the Pod and its emptyDir with it;
 * beside ``runs/`` and ``trash/``, outside every Run's directory, so preparation, the Run's
@@ -55,6 +63,9 @@ log = logging.getLogger(__name__)
 
 #: The markers' directory, under the workspace root.
 MARKERS_DIR_NAME: Final = "execute-markers"
+#: Empty files kept in ``<markers>/.spare`` to become markers by a rename.
+SPARE_MARKERS: Final = 128
+_SPARE_SUFFIX: Final = ".spare"
 
 
 class ExecuteMarkerError(Exception):
@@ -85,7 +96,11 @@ class ExecuteMarkers:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._dir = os.fspath(root)  # marker paths built as text: one Run costs two of them
+        self._spare_dir = f"{self._dir}{_SPARE_SUFFIX}"
         self._attempts: dict[str, int] = {}
+        #: names of the empty files in the spare directory
+        self._spares: list[str] = []
+        self._next_spare = 0
 
     @classmethod
     def in_workspace(cls, workspace_root: Path) -> ExecuteMarkers:
@@ -131,11 +146,35 @@ class ExecuteMarkers:
     def _list(self) -> list[str]:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            return os.listdir(self.root)
+            names = os.listdir(self.root)
         except OSError as exc:
             raise ExecuteMarkerError(
                 f"cannot use the Execute marker directory {self.root}: {exc.strerror or exc}",
             ) from exc
+        self._fill_spares()
+        return names
+
+    def _fill_spares(self) -> None:
+        """Make the spare directory hold :data:`SPARE_MARKERS` empty files (best effort).
+
+        Spares left by a previous runtimed are reused as they are. A spare directory that
+        cannot be made or filled only costs speed: markers are then created and unlinked.
+        """
+        try:
+            os.makedirs(self._spare_dir, mode=0o700, exist_ok=True)
+            spares = [name for name in os.listdir(self._spare_dir) if name.isdigit()]
+            numbers = {int(name) for name in spares}
+            self._next_spare = max(numbers, default=0) + 1
+            while len(spares) < SPARE_MARKERS:
+                name = str(self._next_spare)
+                self._next_spare += 1
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                os.close(os.open(f"{self._spare_dir}/{name}", flags, 0o600))
+                spares.append(name)
+        except OSError as exc:
+            log.warning("no spare Execute markers in %s: %s", self._spare_dir, exc)
+            spares = []
+        self._spares = spares
 
     def record(self, uid: str, attempt: int) -> None:
         """Record, durably, that Execute for ``attempt`` of Run ``uid`` is about to be sent.
@@ -161,16 +200,17 @@ class ExecuteMarkers:
         if previous >= attempt:
             return  # recorded already (a later attempt's marker covers an earlier one)
         path = f"{self._dir}/{uid}.{attempt}"
-        try:
-            # O_NOFOLLOW: the workspace is shared with tasks; a link planted here is refused
-            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(path, flags, 0o600)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise ExecuteMarkerError(
-                f"cannot record the Execute of attempt {attempt} in {path}: {reason}"
-            ) from exc
-        os.close(fd)
+        if not self._take_spare(path):
+            try:
+                # O_NOFOLLOW: the workspace is shared with tasks; a link planted here is refused
+                flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(path, flags, 0o600)
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise ExecuteMarkerError(
+                    f"cannot record the Execute of attempt {attempt} in {path}: {reason}"
+                ) from exc
+            os.close(fd)
         self._attempts[uid] = attempt
         if previous:
             self._unlink(f"{uid}.{previous}")
@@ -196,9 +236,35 @@ class ExecuteMarkers:
             self.clear(uid)
         return len(gone)
 
+    def _take_spare(self, path: str) -> bool:
+        """Rename a spare into ``path``; False when none is left (or the rename failed)."""
+        while self._spares:
+            spare = self._spares.pop()
+            try:
+                os.rename(f"{self._spare_dir}/{spare}", path)
+                return True
+            except FileNotFoundError:
+                continue  # taken away meanwhile: try the next one
+            except OSError:
+                return False
+        return False
+
     def _unlink(self, name: str) -> None:
+        path = f"{self._dir}/{name}"
+        if len(self._spares) < SPARE_MARKERS:
+            spare = str(self._next_spare)
+            try:
+                os.rename(path, f"{self._spare_dir}/{spare}")
+            except FileNotFoundError:
+                return
+            except OSError:
+                pass  # no spare directory (or no room): remove it instead
+            else:
+                self._next_spare += 1
+                self._spares.append(spare)
+                return
         try:
-            os.unlink(f"{self._dir}/{name}")
+            os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as exc:

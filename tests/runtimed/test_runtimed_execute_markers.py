@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runtimed import execute_markers
 from runtimed.execute_markers import MARKERS_DIR_NAME, ExecuteMarkerError, ExecuteMarkers
 
 
@@ -96,6 +97,7 @@ async def test_a_missing_directory_fails_the_record_and_records_nothing(tmp_path
 async def test_a_link_planted_at_a_marker_path_is_refused_not_followed(tmp_path: Path) -> None:
     """The workspace is shared with tasks: creating the marker must not create a file elsewhere."""
     markers = await loaded(tmp_path / "m")
+    markers._spares.clear()  # no spare left: the marker is created with O_NOFOLLOW
     target = tmp_path / "elsewhere" / "created-by-runtimed"
     target.parent.mkdir()
     (markers.root / "u1.1").symlink_to(target)
@@ -103,6 +105,51 @@ async def test_a_link_planted_at_a_marker_path_is_refused_not_followed(tmp_path:
         markers.record("u1", 1)
     assert not target.exists()
     assert markers.attempt("u1") == 0
+
+
+async def test_a_link_planted_at_a_marker_path_is_replaced_by_a_spare(tmp_path: Path) -> None:
+    """A spare renamed into place replaces the link itself: nothing is created elsewhere."""
+    markers = await loaded(tmp_path / "m")
+    target = tmp_path / "elsewhere" / "created-by-runtimed"
+    target.parent.mkdir()
+    (markers.root / "u1.1").symlink_to(target)
+    markers.record("u1", 1)
+    assert not target.exists()
+    marker = markers.root / "u1.1"
+    assert marker.is_file()
+    assert not marker.is_symlink()
+    assert markers.attempt("u1") == 1
+
+
+async def test_markers_are_spares_renamed_in_and_out(tmp_path: Path) -> None:
+    """Issue 6: no inode is allocated or freed per Run while spares last."""
+    markers = await loaded(tmp_path / "m")
+    spare_dir = tmp_path / f"m{execute_markers._SPARE_SUFFIX}"
+    spares = sorted(spare_dir.iterdir())
+    assert len(spares) == execute_markers.SPARE_MARKERS
+    inodes = {p.stat().st_ino for p in spares}
+    markers.record("u1", 1)
+    markers.record("u2", 1)
+    markers.record("u2", 2)  # the retry's marker replaces attempt 1's
+    assert sorted(p.name for p in markers.root.iterdir()) == ["u1.1", "u2.2"]
+    assert {p.stat().st_ino for p in markers.root.iterdir()} <= inodes
+    markers.clear("u1")
+    markers.clear("u2")
+    assert list(markers.root.iterdir()) == []
+    assert {p.stat().st_ino for p in spare_dir.iterdir()} == inodes
+    again = await loaded(tmp_path / "m")  # a restarted runtimed reuses the spares it finds
+    assert {p.stat().st_ino for p in spare_dir.iterdir()} == inodes
+    again.record("u3", 1)
+    assert (markers.root / "u3.1").stat().st_ino in inodes
+
+
+async def test_without_a_spare_directory_markers_are_created_and_removed(tmp_path: Path) -> None:
+    (tmp_path / f"m{execute_markers._SPARE_SUFFIX}").write_text("in the way")
+    markers = await loaded(tmp_path / "m")
+    markers.record("u1", 1)
+    assert (markers.root / "u1.1").is_file()
+    markers.clear("u1")
+    assert list(markers.root.iterdir()) == []
 
 
 async def test_a_directory_that_cannot_be_created_fails_the_load(tmp_path: Path) -> None:
