@@ -220,6 +220,7 @@ VALID_RUNTIMES: list[Case] = [
     Case("extra-resources", with_changes(runtime(), spec__capacity__resources={"runs": 4, "example.com/gpu": 1}),
          None, ""),
     Case("seed-string-capacity", with_changes(runtime(), spec__capacity__resources={"runs": "2"}), None, ""),
+    Case("template-labels", with_changes(runtime(), spec__template__metadata={"labels": {"team": "a"}, "annotations": {"x": "y"}, "name": "kept"}), None, ""),
 ]  # fmt: skip
 
 INVALID_RUNTIMES: list[Case] = [
@@ -234,4 +235,8 @@ INVALID_RUNTIMES: list[Case] = [
     Case("capacity-bad-name", with_changes(runtime(), spec__capacity__resources={"runs": 1, "GPU!": 1}), None,
          "spec.capacity.resources names must be resource names"),
     Case("capacity-negative", with_changes(runtime(), spec__capacity__resources={"runs": -1}), None, "spec.capacity.resources&&-1"),
+    # a user test: these were admitted, then the Runtime never got Pods (or a status)
+    Case("template-labels-number", with_changes(runtime(), spec__template__metadata={"labels": 5}), None, "spec.template.metadata.labels"),
+    Case("template-label-value-number", with_changes(runtime(), spec__template__metadata={"labels": {"a": 1}}), None, "spec.template.metadata.labels.a"),
+    Case("template-annotation-value-number", with_changes(runtime(), spec__template__metadata={"annotations": {"a": 1}}), None, "spec.template.metadata.annotations.a"),
 ]  # fmt: skip

@@ -650,6 +650,20 @@ def runtime_schema() -> Schema:
                             "metadata": {
                                 "type": "object",
                                 "x-kubernetes-preserve-unknown-fields": True,
+                                # typed where the controller reads them (a Pod's labels and
+                                # annotations): a wrong type is refused at admission
+                                "properties": {
+                                    "labels": {
+                                        "type": "object",
+                                        "description": "Labels of the Runtime Pods.",
+                                        "additionalProperties": {"type": "string"},
+                                    },
+                                    "annotations": {
+                                        "type": "object",
+                                        "description": "Annotations of the Runtime Pods.",
+                                        "additionalProperties": {"type": "string"},
+                                    },
+                                },
                             },
                             "spec": {
                                 "type": "object",
