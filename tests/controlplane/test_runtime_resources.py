@@ -129,6 +129,24 @@ def test_no_containers_rejected() -> None:
         desired_deployment(Runtime.from_dict(data))
 
 
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        (5, "spec.template.metadata must be an object"),
+        ({"labels": 5}, "spec.template.metadata.labels must be a map of strings"),
+        ({"labels": {"a": 1}}, "spec.template.metadata.labels must be a map of strings"),
+        ({"annotations": ["a"]}, "spec.template.metadata.annotations must be a map of strings"),
+    ],
+)
+def test_wrong_typed_template_metadata_is_a_template_error(metadata: Any, message: str) -> None:
+    """A user test: a Runtime stored with these (before the CRD typed them) made the Runtime
+    loop fail with a TypeError on every retry instead of reporting InvalidTemplate."""
+    data = runtime_dict()
+    data["spec"]["template"]["metadata"] = metadata
+    with pytest.raises(ValueError, match=message):
+        desired_deployment(Runtime.from_dict(data))
+
+
 def test_template_not_mutated() -> None:
     runtime = make_runtime()
     before = json.dumps(runtime.spec.template, sort_keys=True)

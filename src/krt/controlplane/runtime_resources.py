@@ -327,12 +327,22 @@ def pod_template(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict
             none).
 
     Raises:
-        ValueError: the template has no containers, already has a container named
+        ValueError: the template's metadata, labels or annotations are of the wrong type,
+            it has no containers, already has a container named
             ``runtimed`` (the name of the injected sidecar), or declares a volume named
             ``kruntimes-gateway-ca`` or ``kruntimes-peer-tls`` (reserved).
     """
     template = copy.deepcopy(dict(runtime.spec.template))
     meta = template.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise ValueError("spec.template.metadata must be an object")
+    for field in ("labels", "annotations"):
+        values = meta.get(field) or {}
+        if not isinstance(values, dict) or not all(
+            isinstance(value, str) for value in values.values()
+        ):
+            # the CRD refuses these; a Runtime stored before it did must not stall the loop
+            raise ValueError(f"spec.template.metadata.{field} must be a map of strings")
     meta["labels"] = {**(meta.get("labels") or {}), **runtime_selector(runtime)}
     meta["annotations"] = {
         **(meta.get("annotations") or {}),
