@@ -91,7 +91,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("localkube_api", "localkube API server writes and watch delay (issue 3)", 180),
     Benchmark("pod_start", "localkube Pod start (issue 4)", 180),
     Benchmark("schedule", "scheduler Pending -> Scheduled (issue 5)", 400),
-    Benchmark("task_runs", "task Runs end to end on localkube (issue 6)", 500),
+    Benchmark(
+        "task_runs", "task Runs end to end on localkube (issue 6)", 500, args=("--repeat", "5")
+    ),
     Benchmark("function_ready", "function Run create -> Ready (issue 7)", 300),
     Benchmark(
         "invoke",
