@@ -160,8 +160,20 @@ async def test_tls_is_verified_against_the_ca_bundle(
     result = await cli("invoke", "fn", "-d", "{}")
     assert result.exit_code == ExitCode.UNREACHABLE
     assert "CERTIFICATE_VERIFY_FAILED" in result.stderr
-    assert "caBundle" in result.stderr
+    assert "does not chain to status.endpoint.caBundle" in result.stderr
     assert "port-forward" not in result.stderr
+    assert gateway.requests == []
+
+
+async def test_tls_failure_without_a_ca_bundle_says_the_run_publishes_none(
+    kube: Kube, cli: CliRun, gateway: FakeGateway
+) -> None:
+    """A user test: with no caBundle the message named status.endpoint.caBundle anyway."""
+    await ready_function(kube, "fn", host="127.0.0.1", port=gateway.port, ca_pem=None)
+    result = await cli("invoke", "fn", "-d", "{}")
+    assert result.exit_code == ExitCode.UNREACHABLE
+    assert "CERTIFICATE_VERIFY_FAILED" in result.stderr
+    assert "the Run publishes no status.endpoint.caBundle" in result.stderr
     assert gateway.requests == []
 
 

@@ -274,7 +274,8 @@ async def post(invocation: Invocation) -> InvokeResult:
             except httpx.TransportError as exc:
                 raise CommandFailed(
                     ExitCode.UNREACHABLE,
-                    f"the connection to the gateway at {where} failed: {_reason(exc)} "
+                    f"the connection to the gateway at {where} failed: "
+                    f"{_reason(exc, invocation.ca_bundle is not None)} "
                     "(the invocation may or may not have run; it is not retried)",
                 ) from exc
         if scope.cancelled_caught:
@@ -312,7 +313,7 @@ def connect_failure(exc: BaseException, *, where: str, invocation: Invocation) -
         failures the "outside the cluster?" hint only when the address is the endpoint's
         own (not ``--gateway-url``/``KRT_GATEWAY_URL``, which the message names instead).
     """
-    reason = _reason(exc)
+    reason = _reason(exc, invocation.ca_bundle is not None)
     source = " (from --gateway-url/KRT_GATEWAY_URL)" if invocation.gateway_url_given else ""
     if reason in _CLOSED_EARLY:
         return (
@@ -327,8 +328,12 @@ def connect_failure(exc: BaseException, *, where: str, invocation: Invocation) -
     return f"cannot connect to the gateway at {where}{source}: {reason}{hint}"
 
 
-def _reason(exc: BaseException) -> str:
-    """The most telling text in an exception chain (TLS verification named as such)."""
+def _reason(exc: BaseException, with_bundle: bool) -> str:
+    """The most telling text in an exception chain (TLS verification named as such).
+
+    ``with_bundle``: the Run published ``status.endpoint.caBundle`` (else the system trust
+    roots were used, and the message says so).
+    """
     chain: list[BaseException] = []
     current: BaseException | None = exc
     while current is not None and current not in chain:
@@ -336,11 +341,17 @@ def _reason(exc: BaseException) -> str:
         current = current.__cause__ or current.__context__
     for item in chain:
         if isinstance(item, ssl.SSLCertVerificationError):
+            trusted = (
+                "status.endpoint.caBundle"
+                if with_bundle
+                else "the system trust roots (the Run publishes no status.endpoint.caBundle: "
+                "runtimed found no gateway CA in its namespace when it started)"
+            )
             return one_line(
                 f"TLS certificate verification failed: CERTIFICATE_VERIFY_FAILED "
                 f"({item.verify_message}); the gateway's certificate does not chain to "
-                "status.endpoint.caBundle or does not name the endpoint host",
-                400,
+                f"{trusted} or does not name the endpoint host",
+                500,
             )
     for item in chain:  # under httpx's wrappers: the socket's or TLS layer's own error
         if isinstance(item, OSError):
