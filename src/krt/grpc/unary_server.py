@@ -17,10 +17,8 @@ plain TCP when the socket takes it (:mod:`krt.grpc.direct_writes`), else by a wr
 owned by the connection. HTTP/2 is h2's, request parsing and message buffers purerpc's
 (its sans-IO :class:`~purerpc.grpclib.connection.GRPCConnection`); the fixed response
 header blocks and the 5-byte message prefix are built here. Plain TCP is read with one
-``os.read`` after a readiness wait, and request header fields are decoded to text once per
-connection (:class:`_ServerConnection`) (issue 6, Runtime Server calls from another
-process, 25 in flight: direct reads about 6% of the server's CPU per call, field decoding
-about 7 µs per request). Request headers are checked by
+``os.read`` after a readiness wait (issue 6, Runtime Server calls from another process, 25
+in flight: about 6% of the server's CPU per call). Request headers are checked by
 :mod:`krt.grpc.header_checks` (h2's rules in one pass, a repeated block once) and repeated
 header blocks are encoded and decoded from memory (:mod:`krt.grpc.hpack_encoding`).
 Issue 6 (the Bash Runtime Server, 25 calls in flight from another process): those last
@@ -57,7 +55,6 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import trio
-from hpack import HeaderTuple, NeverIndexedHeaderTuple
 from purerpc import Service
 from purerpc.grpclib.config import GRPCConfiguration
 from purerpc.grpclib.connection import GRPCConnection
@@ -81,10 +78,6 @@ __all__ = ["UnaryConnection", "current_call_scope", "runs_inline"]
 log = logging.getLogger("krt.grpc.server")
 
 _READ_CHUNK: Final = 65536
-#: decoded header fields one connection remembers (its calls repeat a few dozen).
-MAX_REMEMBERED_FIELDS: Final = 256
-#: fields decoded for each block and never remembered: a credential is not kept past its call.
-_SECRET_FIELDS: Final = frozenset({b"authorization", b"proxy-authorization", b"cookie"})
 #: plain TCP connections are read with ``os.read`` after a readiness wait (see ``_receive``).
 DIRECT_READS = True
 #: the response headers purerpc's ``start_response(stream_id, "+proto")`` sends.
@@ -155,49 +148,13 @@ class _ServerConnection(GRPCConnection):  # type: ignore[misc]
 
     Received header blocks are checked by :class:`krt.grpc.header_checks.RequestHeaderChecks`
     (h2's rules in one pass, a repeated block once) instead of h2's generator chain, which
-    is switched off. They are turned into text here, not by h2: h2 decodes every field of
-    every block through a generator (UTF-8, as purerpc configures it; about 5 µs of a
-    request's ~50 µs of parsing, issue 6), while a connection's calls repeat the same
-    fields, so each field is decoded once and remembered (:data:`MAX_REMEMBERED_FIELDS`;
-    credentials are decoded every time and never kept).
+    is switched off.
     """
 
     def __init__(self, config: GRPCConfiguration) -> None:
         super().__init__(config)
-        h2_config = self.h2_connection.config
-        h2_config.validate_inbound_headers = False
-        self._encoding = h2_config.header_encoding or "utf-8"
-        h2_config.header_encoding = None  # _text decodes instead
+        self.h2_connection.config.validate_inbound_headers = False
         self._header_checks = RequestHeaderChecks()
-        self._fields: dict[tuple[bytes, bytes], tuple[str, str]] = {}
-
-    def _text(self, headers: list[Any]) -> list[Any]:
-        """``headers`` (bytes pairs) as text pairs, as h2's ``header_encoding`` decodes them.
-
-        A never-indexed field stays an :class:`hpack.NeverIndexedHeaderTuple`.
-
-        Raises:
-            UnicodeDecodeError: a name or value is not valid in the connection's encoding
-                (as from h2).
-        """
-        known = self._fields
-        text: list[Any] = []
-        for field in headers:
-            pair = known.get(field) if type(field) is HeaderTuple else None
-            if pair is None:
-                name, value = field
-                kind = (
-                    NeverIndexedHeaderTuple
-                    if isinstance(field, NeverIndexedHeaderTuple)
-                    else HeaderTuple
-                )
-                pair = kind(name.decode(self._encoding), value.decode(self._encoding))
-                if type(field) is HeaderTuple and name not in _SECRET_FIELDS:
-                    if len(known) >= MAX_REMEMBERED_FIELDS:
-                        known.clear()
-                    known[field] = pair
-            text.append(pair)
-        return text
 
     def _stream_reset(self, event: h2.events.StreamReset) -> list[Any]:
         self.message_read_buffers.pop(event.stream_id, None)
@@ -210,7 +167,6 @@ class _ServerConnection(GRPCConnection):  # type: ignore[misc]
         raise error
 
     def _request_received(self, event: h2.events.RequestReceived) -> list[Any]:
-        event.headers = self._text(event.headers)
         try:
             self._header_checks.check(event.headers, trailers=False)
         except h2.exceptions.ProtocolError as error:
@@ -218,7 +174,6 @@ class _ServerConnection(GRPCConnection):  # type: ignore[misc]
         return super()._request_received(event)  # type: ignore[no-any-return]
 
     def _trailers_received(self, event: h2.events.TrailersReceived) -> list[Any]:
-        event.headers = self._text(event.headers)
         try:
             self._header_checks.check(event.headers, trailers=True)
         except h2.exceptions.ProtocolError as error:
