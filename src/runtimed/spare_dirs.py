@@ -140,7 +140,8 @@ class SpareDirs:
         Returns:
             True when ``target`` is now a directory holding ``work``, which is empty or
             (``keep_file`` only) holds just a regular :data:`KEPT_FILE`; False when the pool
-            is empty (or its directories are gone, or one cannot be used): create it instead.
+            is empty (or its directories are gone, or one cannot be used, or something wrote
+            into it while it waited: it is then removed): create it instead.
         """
         while self._ready:
             spare, has_file = self._ready.pop()
@@ -160,6 +161,12 @@ class SpareDirs:
                 except OSError:
                     shutil.rmtree(target, ignore_errors=True)
                     return False
+            if not _still_empty(os.fspath(target), keep_file=has_file and keep_file):
+                # something wrote into the spare while it waited (a task's process that
+                # left its group and kept the directory as its cwd): never hand a Run
+                # another Run's files
+                shutil.rmtree(target, ignore_errors=True)
+                return False
             return True
         return False
 
@@ -247,3 +254,17 @@ def _remove(entry: os.DirEntry[str]) -> None:
         shutil.rmtree(entry.path)
     else:
         os.unlink(entry.path)
+
+
+def _still_empty(run_dir: str, *, keep_file: bool) -> bool:
+    """Whether ``run_dir`` holds just an empty ``work`` (or ``work`` with only
+    :data:`KEPT_FILE`, when ``keep_file``): two directory reads, no stat."""
+    try:
+        with os.scandir(run_dir) as entries:
+            if [entry.name for entry in entries] != [WORK]:
+                return False
+        with os.scandir(f"{run_dir}/{WORK}") as entries:
+            names = [entry.name for entry in entries]
+    except OSError:
+        return False
+    return not names or (keep_file and names == [KEPT_FILE])

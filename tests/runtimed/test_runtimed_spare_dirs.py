@@ -68,6 +68,20 @@ def test_take_keeps_the_spare_when_the_target_is_in_the_way(tmp_path: Path) -> N
     assert spares.take(tmp_path / "runs" / "b")
 
 
+@pytest.mark.parametrize("where", ["work/stray", "stray"])
+def test_take_never_hands_over_a_spare_something_wrote_into(tmp_path: Path, where: str) -> None:
+    """A process of an earlier Run that left its group may still write into its old
+    directory after the pool took it back: such a spare is discarded, not handed over."""
+    spares = pool(tmp_path, size=1)
+    spare = tmp_path / "spare" / os.listdir(tmp_path / "spare")[0]
+    (spare / where).write_text("from an earlier Run")
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "a"
+    assert not spares.take(target)
+    assert not target.exists()  # the caller creates a new one
+    assert spares.ready == 0
+
+
 def test_take_skips_spares_that_are_gone(tmp_path: Path) -> None:
     spares = pool(tmp_path, size=2)
     first = tmp_path / "spare" / sorted(os.listdir(tmp_path / "spare"))[-1]
