@@ -1,5 +1,7 @@
 # Every target works on a fresh clone: the first one that needs the virtualenv creates it.
-PYTHON ?= python3
+# the interpreter the virtualenv is made from: an optimised build when the machine has one
+# (scripts/pick_python.sh says why); `make PYTHON=/path/to/python3 ...` chooses another
+PYTHON ?= $(shell sh scripts/pick_python.sh)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -7,6 +9,7 @@ STAMP := $(VENV)/.installed
 .PHONY: quickstart dev-manifests demo test lint typecheck check protos crds bench bench-quick clean images docs e2e chaos soak
 
 $(STAMP): pyproject.toml
+	@echo "virtualenv $(VENV) from $(PYTHON) ($$($(PYTHON) -V 2>&1))"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test,dev]'
