@@ -102,8 +102,9 @@ def run_crd() -> dict[str, Any]:
         ],
         openapi=schema.run_schema(),
         # fieldSelector-able (CRD field selectors: Kubernetes 1.31+): runtimed watches only its own Pod's Runs
-        # and the function Runs (runtimed.run_informers)
-        selectable=(".status.assignedPodUID", ".spec.mode.function.handler"),
+        # and the function Runs (runtimed.run_informers); status.phase as on Pods
+        # (`kubectl get runs --field-selector status.phase=Failed`, krt.api.phases.TERMINAL_RUNS_SELECTOR)
+        selectable=(".status.assignedPodUID", ".spec.mode.function.handler", ".status.phase"),
     )
 
 

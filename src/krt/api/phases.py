@@ -32,6 +32,14 @@ class Phase(StrEnum):
 _PHASES: Final[dict[str, Phase]] = {phase.value: phase for phase in Phase}
 TERMINAL_PHASES: Final = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.TIMEOUT, Phase.CANCELLED})
 ACTIVE_PHASES: Final = frozenset({Phase.SCHEDULED, Phase.RUNNING, Phase.READY})
+TERMINAL_RUNS_SELECTOR: Final = ",".join(
+    f"status.phase!={phase}"
+    for phase in ("", *(p.value for p in Phase if p not in TERMINAL_PHASES))
+)
+"""A field selector matching only terminal Runs (``status.phase`` is a selectable field of the
+Run CRD). Field selectors have no set operator, so it excludes every other phase, and the
+empty one: a new Run has no status yet. A watch with it sees each Run once, as ADDED, when
+the Run ends (and DELETED when a terminal Run is deleted)."""
 
 
 def phase_of(value: str | None) -> Phase:
