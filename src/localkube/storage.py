@@ -66,8 +66,11 @@ class Gone(StoreError):
     """The requested revision is older than the retained event history."""
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""Built once: ``json.dumps`` with these options builds a new encoder on every call."""
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+"""Built once: ``json.dumps`` with these options builds a new encoder on every call.
+
+No circular-reference check (a dict of every container's id, per call: ~10% of the
+encoding): what is encoded is decoded JSON or built from it, never circular."""
 
 
 def encode(obj: Any) -> bytes:
@@ -669,18 +672,17 @@ def _same_but_version(new: dict[str, Any], old: dict[str, Any]) -> bool:
     """Whether ``new`` equals ``old`` apart from ``metadata.resourceVersion``."""
     if new.keys() != old.keys():
         return False
+    # everything but metadata first: a real change (a status write) shows there, cheaply
     for name, value in new.items():
-        if name != "metadata":
-            if value != old[name]:
-                return False
-            continue
-        old_meta = old["metadata"]
-        if not isinstance(value, dict):
+        if name != "metadata" and value != old[name]:
             return False
-        if {k for k in value if k != "resourceVersion"} != {
-            k for k in old_meta if k != "resourceVersion"
-        }:
-            return False
-        if any(v != old_meta[k] for k, v in value.items() if k != "resourceVersion"):
-            return False
-    return True
+    if "metadata" not in new:
+        return True
+    value, old_meta = new["metadata"], old["metadata"]
+    if not isinstance(value, dict):
+        return False
+    if {k for k in value if k != "resourceVersion"} != {
+        k for k in old_meta if k != "resourceVersion"
+    }:
+        return False
+    return not any(v != old_meta[k] for k, v in value.items() if k != "resourceVersion")

@@ -85,9 +85,19 @@ def transition(
             return event.type
         return "MODIFIED" if event.old is not None else "ADDED"
 
-    def matches(obj: dict[str, Any]) -> bool:
-        return options.matches(for_version(rt, obj) if rt is not None else obj)
+    if rt is None:
+        return _selected_transition(event, options.matches)
 
+    def matches(obj: dict[str, Any]) -> bool:
+        return options.matches(for_version(rt, obj))
+
+    return _selected_transition(event, matches)
+
+
+def _selected_transition(
+    event: storage.StoredEvent, matches: Callable[[dict[str, Any]], bool]
+) -> str | None:
+    """:func:`transition` for a watch with a selector, ``matches`` deciding for an object."""
     new_match = matches(event.obj)
     if event.type == "ADDED":
         return "ADDED" if new_match else None
@@ -115,6 +125,7 @@ class _SelectedEvents:
 
     def __init__(self, options: ListOptions) -> None:
         self.options = options
+        self._matches = _matcher(options)
         self.kinds: dict[int, str] = {}
         self.seen = 0
         """The revision of the last event offered, kept or not."""
@@ -122,7 +133,7 @@ class _SelectedEvents:
     def __call__(self, event: storage.StoredEvent) -> bool:
         self.seen = event.revision
         try:
-            kind = transition(event, self.options)
+            kind = _selected_transition(event, self._matches)
         except Exception:  # (never raise in the writer's task: the watch loop will)
             return True
         if kind is None:
@@ -134,6 +145,18 @@ class _SelectedEvents:
         """The event type to send for an accepted ``event`` (see :func:`transition`)."""
         kind = self.kinds.pop(event.revision, None)
         return kind if kind is not None else transition(event, self.options)
+
+
+def _matcher(options: ListOptions) -> Callable[[dict[str, Any]], bool]:
+    """``options.matches``, unwrapped to the one requirement when that is all there is.
+
+    runtimed's watch has exactly one (``status.assignedPodUID=<uid>``) and is asked about
+    every write of its kind, twice (the object before and after): the label selector
+    without requirements and the one-element loop are calls it need not make.
+    """
+    if not options.labels.requirements and len(options.fields.requirements) == 1:
+        return options.fields.requirements[0].matches
+    return options.matches
 
 
 class _Encoder:

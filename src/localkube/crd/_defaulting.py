@@ -6,7 +6,10 @@ defaulted recursively (so defaults inside a freshly defaulted object, inside exi
 nested objects, map values and array items all apply). Finally a ``null`` property or map
 value whose schema is not nullable and has no default is dropped, as Kubernetes prunes
 such nulls before validation (a required field then reports ``Required value``).
-Defaults are applied in place on the already-copied object produced by pruning.
+Defaults are applied in place on the already-copied object produced by pruning. When
+pruning already dropped those nulls (``prune(drop_nulls=True)``), ``nulls_dropped`` skips
+every subtree without a default (:attr:`SchemaNode.defaulting_below`): for most status
+writes the whole pass is then one check.
 """
 
 from __future__ import annotations
@@ -17,10 +20,16 @@ from typing import Any
 from localkube.crd._schema import SchemaNode
 
 ENVELOPE = frozenset({"apiVersion", "kind", "metadata"})
+_CONTAINERS = (dict, list)
 
 
 def apply_defaults(
-    value: Any, node: SchemaNode, *, root: bool = False, trusted: frozenset[str] = frozenset()
+    value: Any,
+    node: SchemaNode,
+    *,
+    root: bool = False,
+    trusted: frozenset[str] = frozenset(),
+    nulls_dropped: bool = False,
 ) -> None:
     """Apply defaults below ``value`` (a dict or list) in place; scalars are left alone.
 
@@ -31,18 +40,29 @@ def apply_defaults(
             ``metadata`` are then left alone).
         trusted: properties of ``value`` already defaulted under this schema (read-only
             values): left alone.
+        nulls_dropped: ``value`` was pruned with ``drop_nulls``; subtrees without defaults
+            are then left alone.
     """
+    if nulls_dropped and not node.defaulting_below:
+        return
     if isinstance(value, dict):
-        _default_object(value, node, skip=(ENVELOPE if root else frozenset()) | trusted)
+        _default_object(
+            value,
+            node,
+            skip=(ENVELOPE if root else frozenset()) | trusted,
+            nulls_dropped=nulls_dropped,
+        )
     elif isinstance(value, list) and node.items is not None:
         items = node.items
         for index, item in enumerate(value):
             if item is None and items.has_default and not items.nullable:
                 value[index] = copy.deepcopy(items.default)
-            apply_defaults(value[index], items)
+            apply_defaults(value[index], items, nulls_dropped=nulls_dropped)
 
 
-def _default_object(value: dict[str, Any], node: SchemaNode, *, skip: frozenset[str]) -> None:
+def _default_object(
+    value: dict[str, Any], node: SchemaNode, *, skip: frozenset[str], nulls_dropped: bool
+) -> None:
     defaulted = node.defaulted_properties
     if defaulted is None:
         defaulted = node.defaulted_properties = tuple(
@@ -60,6 +80,10 @@ def _default_object(value: dict[str, Any], node: SchemaNode, *, skip: frozenset[
         child_node = node.properties.get(key, additional)
         if child_node is None:
             continue
+        # an embedded resource's envelope was copied verbatim by pruning: walk it fully
+        dropped = nulls_dropped and not (node.embedded and key in ENVELOPE)
+        if dropped and not child_node.defaulting_below:
+            continue
         item = value[key]
         if item is None:
             if child_node.has_default and not child_node.nullable:
@@ -68,5 +92,5 @@ def _default_object(value: dict[str, Any], node: SchemaNode, *, skip: frozenset[
                 del value[key]
                 continue
         item = value[key]
-        if isinstance(item, dict | list):
-            apply_defaults(item, child_node)
+        if isinstance(item, _CONTAINERS):
+            apply_defaults(item, child_node, nulls_dropped=dropped)

@@ -17,8 +17,9 @@ ABSENT = "\x00absent"
 """The oldSelf key of a transition rule evaluated without an old value."""
 MAX_CACHED_VALUE_CHARS = 16 * 1024
 SUBTREE_PROBES = 32
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""Built once (``json.dumps`` with options builds an encoder per call)."""
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+"""Built once (``json.dumps`` with options builds an encoder per call); admitted values are
+decoded JSON, never circular, so no circular-reference bookkeeping."""
 
 
 def canonical_json(value: Any) -> str | None:

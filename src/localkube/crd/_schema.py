@@ -80,8 +80,14 @@ class SchemaNode:
     filled in by the validator). ``enum_strings`` are the
     string members of ``enum``; ``pattern_results`` and ``format_results`` memoize ``pattern``
     and ``format`` checks; ``defaulted_properties`` lists the properties with a ``default``
-    (filled in on first use). ``path`` is the node's location inside ``openAPIV3Schema`` for
-    CRD-time messages.
+    (filled in on first use). ``defaulting_below`` tells whether defaulting has anything
+    to do at or under this node besides dropping nulls: a ``default`` there, or an embedded
+    resource (whose envelope pruning copies as it is). ``path`` is the node's location
+    inside ``openAPIV3Schema`` for CRD-time messages. ``plain_string`` marks a ``string``
+    node without junctors or int-or-string (a string value then needs only the string
+    keywords and ``enum``), and ``string_checks`` one with any of ``maxLength``,
+    ``minLength``, ``pattern`` or ``format``; both are filled in by the parser (a node
+    built otherwise keeps False and is validated the general way).
     """
 
     path: str
@@ -126,6 +132,9 @@ class SchemaNode:
     rules: list[Any] = field(default_factory=list)
     rules_below: bool = False
     transition_rules_below: bool = False
+    defaulting_below: bool = False
+    plain_string: bool = False
+    string_checks: bool = False
 
     def type_names(self) -> str:
         """The type name(s) as kube-openapi prints them in type errors."""
@@ -184,6 +193,25 @@ class _Parser:
                 self.problem(f"{path}.x-kubernetes-validations", "must be a list of rules")
             else:
                 node.raw_rules = list(rules)
+        node.plain_string = (
+            node.type == "string"
+            and not node.int_or_string
+            and not (node.all_of or node.any_of or node.one_of or node.not_ is not None)
+        )
+        node.string_checks = (
+            node.max_length is not None
+            or node.min_length is not None
+            or node.pattern_re is not None
+            or node.format is not None
+        )
+        additional = node.additional if isinstance(node.additional, SchemaNode) else None
+        node.defaulting_below = (
+            node.has_default
+            or node.embedded
+            or any(child.defaulting_below for child in node.properties.values())
+            or (additional is not None and additional.defaulting_below)
+            or (node.items is not None and node.items.defaulting_below)
+        )
         return node
 
     def parse_type(self, raw: dict[str, Any], node: SchemaNode, *, junctor: bool) -> None:

@@ -97,8 +97,10 @@ class CRDValidator:
         trusted = self._trusted(obj)
         # the root's metadata is shared, not copied: admission keeps the request's own
         # metadata object anyway, and nothing below changes it
-        new_obj: Any = prune(obj, node, root=True, trusted=trusted, share_envelope=True)
-        apply_defaults(new_obj, node, root=True, trusted=trusted)
+        new_obj: Any = prune(
+            obj, node, root=True, trusted=trusted, share_envelope=True, drop_nulls=True
+        )
+        apply_defaults(new_obj, node, root=True, trusted=trusted, nulls_dropped=True)
         if old is not None and isinstance(new_obj, dict):
             trusted |= _unchanged_fields(new_obj, old)
         errors = validate_value(new_obj, node, "", root=True, trusted=trusted)

@@ -252,6 +252,33 @@ def _fewest(results: list[list[FieldError]]) -> list[FieldError]:
     return min(results, key=lambda errors: len(errors))
 
 
+def _string_ok(value: str, node: SchemaNode) -> bool:
+    """Whether :func:`_validate_string` would find nothing wrong with ``value``."""
+    return (
+        (node.max_length is None or len(value) <= node.max_length)
+        and (node.min_length is None or len(value) >= node.min_length)
+        and (node.pattern_re is None or _matches_pattern(value, node))
+        and (node.format is None or _has_format(value, node))
+    )
+
+
+def _validate_child(
+    item: Any, node: SchemaNode, path: str, name: str, errors: list[FieldError]
+) -> None:
+    """:func:`_validate` of the property or map value ``name`` of the object at ``path``.
+
+    A string under a plain string schema (the usual leaf) is checked without building its
+    path, which only an error needs; anything else goes to :func:`_validate`.
+    """
+    if type(item) is str and node.plain_string:
+        if node.string_checks and not _string_ok(item, node):
+            _validate_string(item, node, join(path, name), errors)
+        if node.enum is not None and item not in node.enum_strings:
+            errors.append(fe.not_supported(field_of(join(path, name)), item, node.enum))
+        return
+    _validate(item, node, join(path, name), errors)
+
+
 def _validate_string(value: str, node: SchemaNode, path: str, errors: list[FieldError]) -> None:
     # (the field and its printed name are built only for an error)
     if node.max_length is not None and len(value) > node.max_length:
@@ -406,11 +433,11 @@ def _validate_object(
         if root and key == "metadata":
             _validate_root_metadata(value[key], child, errors)
         elif not (root and key in ("apiVersion", "kind")):
-            _validate(value[key], child, join(path, key), errors)
+            _validate_child(value[key], child, path, key, errors)
     if isinstance(node.additional, SchemaNode):
         for key, item in value.items():
             if key not in node.properties and key not in trusted:
-                _validate(item, node.additional, join(path, key), errors)
+                _validate_child(item, node.additional, path, key, errors)
     if node.embedded:
         for key in ("apiVersion", "kind"):
             if not value.get(key):
