@@ -15,6 +15,9 @@
   server, outbound metadata on the client) in place of h2's generator chains.
 * :mod:`krt.grpc.direct_writes`: on plain TCP, a call's bytes are written by the task that
   queued them (no writer-task wakeup per request or answer).
+* :mod:`krt.grpc.direct_reads`: on plain TCP, one read system call after a readiness wait.
+* :mod:`krt.grpc.event_translation`: purerpc's sans-IO connection with type dispatch,
+  one-frame messages and repeated header blocks parsed once (both sides use it).
 
 Imports only purerpc, h2, hpack, protobuf, anyio and trio; never a component package.
 """

@@ -36,7 +36,6 @@ import h2.exceptions
 import trio
 from purerpc.grpclib.buffers import MessageWriteBuffer
 from purerpc.grpclib.config import GRPCConfiguration
-from purerpc.grpclib.connection import GRPCConnection
 from purerpc.grpclib.events import (
     MessageReceived,
     ResponseEnded,
@@ -47,7 +46,9 @@ from purerpc.grpclib.exceptions import ProtocolError
 from purerpc.grpclib.exceptions import StreamClosedError as PurerpcStreamClosedError
 
 from krt.grpc.closed_streams import limit_closed_stream_memory
+from krt.grpc.direct_reads import receive_when_ready
 from krt.grpc.direct_writes import plain_socket_fd, write_now
+from krt.grpc.event_translation import LeanGrpcConnection
 from krt.grpc.header_checks import outbound_metadata
 from krt.grpc.hpack_encoding import LiteralHpackEncoder, install_decoder
 from krt.kube.http11_errors import describe_failure
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 #: Largest response message accepted (bytes); a larger one fails the call with RESOURCE_EXHAUSTED.
 DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 1024 * 1024
 _READ_CHUNK: Final = 65536
+#: plain TCP connections are read with ``os.read`` after a readiness wait (see ``_receive``).
+DIRECT_READS = True
 
 Metadata = Sequence[tuple[str, str]]
 
@@ -136,14 +139,14 @@ def _trust_responses(h2_connection: Any) -> None:
     config.normalize_outbound_headers = False
 
 
-class _Connection(GRPCConnection):  # type: ignore[misc]
+class _Connection(LeanGrpcConnection):
     """purerpc's sans-IO gRPC connection, reporting stream resets and GOAWAY.
 
     purerpc drops both events; a client needs them to fail the affected calls at once.
     """
 
     def _stream_reset(self, event: h2.events.StreamReset) -> list[Any]:
-        self.message_read_buffers.pop(event.stream_id, None)
+        self.forget_stream(event.stream_id)
         return [_StreamReset(event.stream_id, int(event.error_code))]
 
     def _connection_terminated(self, event: h2.events.ConnectionTerminated) -> list[Any]:
@@ -209,11 +212,32 @@ class GrpcConnection:
         """Return once the connection has stopped (for any reason)."""
         await self._closed.wait()
 
-    def close(self) -> None:
-        """Stop the connection; calls still waiting fail with :class:`ConnectionLostError`."""
+    def close(self, reason: str = "closed") -> None:
+        """Stop the connection; calls still waiting fail with :class:`ConnectionLostError` now.
+
+        The waiting calls are failed synchronously (``dispatched=True``, the message is
+        ``reason``), so a caller holding this connection needs no cancel scope per call to
+        abandon them; the connection's tasks stop at their next scheduling point.
+
+        Args:
+            reason: why, recorded as :attr:`close_reason` unless the connection already
+                ended for another reason.
+        """
         self._accepting = False
+        if not self._closed.is_set():
+            self.close_reason = self.close_reason or reason
+            self._fail_waiting(self.close_reason)
         if self._cancel_scope is not None:
             self._cancel_scope.cancel()
+
+    def _fail_waiting(self, reason: str) -> None:
+        """Fail every call still waiting for its status with :class:`ConnectionLostError`."""
+        for call in self._calls.values():
+            if not call.done.is_set():
+                call.error = ConnectionLostError(reason, dispatched=True)
+                call.done.set()
+            if call.window is not None:
+                call.window.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Drive the connection until it closes; call :meth:`unary_call` meanwhile.
@@ -245,13 +269,7 @@ class GrpcConnection:
             self._fd = None  # the stream is closed below
             self._accepting = False
             self._closed.set()
-            reason = self.close_reason or "connection closed"
-            for call in self._calls.values():
-                if not call.done.is_set():
-                    call.error = ConnectionLostError(reason, dispatched=True)
-                    call.done.set()
-                if call.window is not None:
-                    call.window.set()
+            self._fail_waiting(self.close_reason or "connection closed")
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self._stream)
 
@@ -314,9 +332,25 @@ class GrpcConnection:
             await self._wake.wait()
             self._wake = trio.Event()
 
+    async def _receive(self) -> bytes | bytearray:
+        """The next bytes from the server; empty once it closed the connection.
+
+        Plain TCP is read with one system call after a readiness wait
+        (:mod:`krt.grpc.direct_reads`), other streams (TLS) through the stream.
+
+        Raises:
+            trio.BrokenResourceError: the connection broke (e.g. reset by the server).
+        """
+        if (fd := self._fd) is None or not DIRECT_READS:
+            return await self._stream.receive_some(_READ_CHUNK)
+        try:
+            return await receive_when_ready(fd, _READ_CHUNK)
+        except OSError as exc:  # as trio's socket stream reports it
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+
     async def _reader(self) -> None:
         while True:
-            data = await self._stream.receive_some(_READ_CHUNK)
+            data = await self._receive()
             if not data:
                 self.close_reason = self.close_reason or "peer closed the connection"
                 return
@@ -481,7 +515,7 @@ class GrpcConnection:
             raise
         finally:
             del self._calls[stream_id]
-            self._h2.message_read_buffers.pop(stream_id, None)
+            self._h2.forget_stream(stream_id)
         if call.error is not None:
             raise call.error
         if call.status != 0:

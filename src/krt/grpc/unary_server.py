@@ -44,7 +44,6 @@ import contextlib
 import contextvars
 import logging
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
@@ -57,7 +56,6 @@ import h2.exceptions
 import trio
 from purerpc import Service
 from purerpc.grpclib.config import GRPCConfiguration
-from purerpc.grpclib.connection import GRPCConnection
 from purerpc.grpclib.events import (
     MessageReceived,
     RequestEnded,
@@ -68,7 +66,9 @@ from purerpc.grpclib.exceptions import GRPCError, ProtocolError
 from purerpc.grpclib.status import Status, StatusCode
 
 from krt.grpc import closed_streams
+from krt.grpc.direct_reads import receive_when_ready
 from krt.grpc.direct_writes import plain_socket_fd, write_now
+from krt.grpc.event_translation import LeanGrpcConnection
 from krt.grpc.header_checks import RequestHeaderChecks
 from krt.grpc.hpack_encoding import LiteralHpackEncoder, install_decoder
 from krt.grpc.status_messages import describe, status_fields, status_for_error
@@ -143,7 +143,7 @@ class _Reset:
     stream_id: int
 
 
-class _ServerConnection(GRPCConnection):  # type: ignore[misc]
+class _ServerConnection(LeanGrpcConnection):
     """purerpc's sans-IO server connection, reporting stream resets as :class:`_Reset`.
 
     Received header blocks are checked by :class:`krt.grpc.header_checks.RequestHeaderChecks`
@@ -157,7 +157,7 @@ class _ServerConnection(GRPCConnection):  # type: ignore[misc]
         self._header_checks = RequestHeaderChecks()
 
     def _stream_reset(self, event: h2.events.StreamReset) -> list[Any]:
-        self.message_read_buffers.pop(event.stream_id, None)
+        self.forget_stream(event.stream_id)
         return [_Reset(event.stream_id)]
 
     def _refuse(self, error: h2.exceptions.ProtocolError) -> NoReturn:
@@ -314,14 +314,10 @@ class UnaryConnection:
                 return await self._sock.receive(_READ_CHUNK)
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 return b""
-        while True:
-            await trio.lowlevel.wait_readable(fd)
-            try:
-                return os.read(fd, _READ_CHUNK)
-            except BlockingIOError:  # woken without data after all: wait again
-                continue
-            except OSError:  # reset by the peer: as the stream's BrokenResourceError
-                return b""
+        try:
+            return await receive_when_ready(fd, _READ_CHUNK)
+        except OSError:  # reset by the peer: as the stream's BrokenResourceError
+            return b""
 
     def _on_event(self, event: Any, nursery: trio.Nursery) -> None:
         if isinstance(event, RequestReceived):
