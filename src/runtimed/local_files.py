@@ -247,6 +247,13 @@ async def write_file(path: Path, data: bytes, *, anchor: Path) -> None:
     place of the file or of a directory on the way fails the write and changes nothing
     outside ``anchor``. Inline up to :data:`INLINE_WRITE_BYTES`, in a worker thread above.
 
+    An existing file is overwritten in place and cut to ``data``'s length only when it was
+    longer, not opened with ``O_TRUNC``: truncating frees its blocks and the write allocates
+    new ones, a journalled ext4 truncate. The kept ``script`` of a spare directory is
+    rewritten with the same few bytes on every task Run (issue 6): measured on ext4, 65-110
+    µs of CPU and 130-175 µs of a blocked event loop per write with ``O_TRUNC``, against
+    6-25 µs of CPU and 8-64 µs for the overwrite.
+
     Args:
         path: the file, strictly below ``anchor``.
         data: its new content.
@@ -262,17 +269,21 @@ async def write_file(path: Path, data: bytes, *, anchor: Path) -> None:
     def write() -> None:
         parent = _open_parent(anchor, parts, create=True)
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            # no O_TRUNC: see the docstring on replacing a file in place
+            flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
             fd = _open_component(parts[-1], flags, dir_fd=parent, shown=lambda: path)
         finally:
             os.close(parent)
         try:
+            old_size = os.fstat(fd).st_size
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
                 if written <= 0:  # never for a regular file; do not spin if it happens
                     raise OSError(errno.EIO, "write made no progress", str(path))
                 view = view[written:]
+            if old_size > len(data):
+                os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
 

@@ -25,8 +25,9 @@ any error, and the directory is not reused.
 
 One file may stay: ``work/script``, the default inline source file, when it is a regular
 file with one link, the owner, group and permission bits a new file gets (probed too) and
-no extended attribute but security labels. A Run whose inline source goes there rewrites it in place (``O_TRUNC``: the inode is
-reused, its old content gone); any other Run gets it removed by :meth:`SpareDirs.take`. Every
+no extended attribute but security labels. A Run whose inline source goes there rewrites it in place (the inode and its
+blocks are reused, its old content overwritten and any longer tail cut off:
+:func:`runtimed.local_files.write_file`); any other Run gets it removed by :meth:`SpareDirs.take`. Every
 new inode costs: ext4's allocator skips recently deleted inodes, reading their inode table
 blocks (``recently_deleted``), so creating files costs more the more files were just
 deleted, and perf showed ``ext4_create`` as runtimed's largest kernel cost per Run. The pool is private to runtimed by convention
@@ -134,8 +135,8 @@ class SpareDirs:
 
         Args:
             target: the Run's directory.
-            keep_file: the caller rewrites ``work/``:data:`KEPT_FILE` at once (with
-                ``O_TRUNC``), so a kept one may stay; otherwise it is removed here.
+            keep_file: the caller rewrites ``work/``:data:`KEPT_FILE` at once (all of
+                its content), so a kept one may stay; otherwise it is removed here.
 
         Returns:
             True when ``target`` is now a directory holding ``work``, which is empty or
