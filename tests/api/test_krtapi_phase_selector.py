@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,16 +17,12 @@ import yaml
 
 from krt.api.phases import TERMINAL_PHASES, TERMINAL_RUNS_SELECTOR, Phase
 from krt.kube.client import Kube, connect
-from krt.kube.errors import NotFound
-from krt.kube.resources import NAMESPACES, RUNS, ResourceRef
+from krt.kube.resources import NAMESPACES, RUNS
+from tests.controlplane.harness import CRD_DIR, install_crds
 
 apiserver = pytest.importorskip("localkube.apiserver", reason="localkube is not importable")
 
 NS = "phases"
-CRDS = ResourceRef(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
-)
-CRD_DIR = Path(__file__).resolve().parents[2] / "charts" / "kruntimes" / "crds"
 
 
 def test_the_selector_excludes_every_non_terminal_phase_and_no_status() -> None:
@@ -44,15 +39,7 @@ async def cluster() -> AsyncIterator[Kube]:
         client = await connect(kubeconfig=handle.kubeconfig_path)
         async with client:
             await client.create(NAMESPACES, {"metadata": {"name": NS}})
-            for path in sorted(CRD_DIR.glob("*.yaml")):
-                await client.create(CRDS, yaml.safe_load(path.read_text()))
-            with trio.fail_after(10):
-                while True:
-                    try:
-                        await client.list(RUNS, NS)
-                        break
-                    except NotFound:
-                        await trio.sleep(0.05)  # the CRD is being established
+            await install_crds(client)
             yield client
 
 

@@ -32,6 +32,7 @@ instructions per unary call on each end for the first two, ~2% more for the thir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import h2.events
@@ -144,6 +145,22 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
             self._parsed.clear()
         self._parsed[key] = events
 
+    def _parse_once(
+        self, key: tuple[Any, ...], stream_id: int, parse: Callable[[int, HeaderDict], Any]
+    ) -> Any:
+        """``parse(stream_id, headers)`` of the block ``key`` (a kind, then its fields).
+
+        A block of repeating fields only is parsed once; later calls get a copy of that
+        event for their own stream.
+        """
+        known = self._parsed.get(key)
+        if known is not None:
+            return _copy_with_stream(known[0], stream_id)
+        parsed = parse(stream_id, HeaderDict(key[1:]))
+        if _repeating(key[1:]):
+            self._remember(key, (_copy_with_stream(parsed, 0),))
+        return parsed
+
     def receive_data(self, data: bytes | bytearray) -> list[Any]:
         """Feed bytes from the peer to h2; return the gRPC events (purerpc's, same order).
 
@@ -166,16 +183,11 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
         """purerpc's request parse (same event and errors), remembered per repeated block."""
         if event.stream_ended:
             raise ProtocolError("Stream ended before data was sent")
-        key = ("request", *event.headers)
-        known = self._parsed.get(key)
-        if known is None:
-            request = RequestReceived.parse_from_stream_id_and_headers_destructive(
-                event.stream_id, HeaderDict(event.headers)
-            )
-            if _repeating(key[1:]):
-                self._remember(key, (_copy_with_stream(request, 0),))
-        else:
-            request = _copy_with_stream(known[0], event.stream_id)
+        request = self._parse_once(
+            ("request", *event.headers),
+            event.stream_id,
+            RequestReceived.parse_from_stream_id_and_headers_destructive,
+        )
         self.message_read_buffers[event.stream_id] = MessageReadBuffer(
             request.message_encoding, self._max_message_length
         )
@@ -199,16 +211,13 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
 
     def _trailers_received(self, event: h2.events.TrailersReceived) -> list[Any]:
         """purerpc's trailers parse (same event and errors), remembered likewise."""
-        key = ("trailers", *event.headers)
-        known = self._parsed.get(key)
-        if known is None:
-            ended = ResponseEnded.parse_from_stream_id_and_headers_destructive(
-                event.stream_id, HeaderDict(event.headers)
+        return [
+            self._parse_once(
+                ("trailers", *event.headers),
+                event.stream_id,
+                ResponseEnded.parse_from_stream_id_and_headers_destructive,
             )
-            if _repeating(key[1:]):
-                self._remember(key, (_copy_with_stream(ended, 0),))
-            return [ended]
-        return [_copy_with_stream(known[0], event.stream_id)]
+        ]
 
     def _data_received(self, event: h2.events.DataReceived) -> list[Any]:
         stream_id = event.stream_id
