@@ -6,7 +6,8 @@ Start-up order (each step started with ``nursery.start``):
    items loaded in one synchronous step, so no event is missed) and an informer of the
    Runtime's Pods (label ``kruntimes.io/runtime=<runtime>``) is started and synced; the
    cache is then marked synced;
-2. the outgoing channels: plaintext to the local Runtime Server, mutual TLS to peers;
+2. the outgoing channels: plaintext to the local Runtime Server, mutual TLS to peers (its
+   material reloaded when the mounted Secret's files change: ``watch_peer_tls``);
 3. the Service-port listener (``RUNTIMED_PORT``), ``task_status.started(port)``.
 
 Nothing here reads the Kubernetes API on the invoke path: the informers fill the cache in the
@@ -32,7 +33,7 @@ from runtimed.dataplane.authz import AuthzCache, KubeReviewer
 from runtimed.dataplane.channels import open_channels
 from runtimed.dataplane.metrics import DataplaneMetrics
 from runtimed.dataplane.ownership import OwnershipCache
-from runtimed.dataplane.peer import load_peer_tls
+from runtimed.dataplane.peer import load_peer_tls, watch_peer_tls
 from runtimed.dataplane.proxy import InvokeProxy, ProxyIdentity, Registrations
 from runtimed.dataplane.server import serve_grpc
 from runtimed.identity import PodIdentity
@@ -106,6 +107,8 @@ async def serve_dataplane(
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(pods.run)
+        if tls is not None and settings.peer_tls_dir is not None:
+            nursery.start_soon(watch_peer_tls, tls, settings.peer_tls_dir)
         await runs.wait_synced()
         cache.mark_synced()
         async with (

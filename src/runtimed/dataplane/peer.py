@@ -19,6 +19,15 @@ The gateway, by contrast, dials the Runtime's Service name (``runtime-<rt>.<ns>.
 checks it against the certificate, so the shared certificate must name it (for example a
 ``*.<ns>.svc`` DNS name per Runtime namespace; ``krt dev up`` issues that).
 
+Certificates rotate (cert-manager renews them before they expire; the kubelet swaps the
+mounted Secret's files in place): :func:`watch_peer_tls` looks at the three files every
+:data:`RELOAD_PERIOD_SECONDS` and loads a changed set into the contexts already in use, so
+new connections (both ways) present the new certificate and trust the new CA, with no
+restart. Connections already open keep the material they started with. A new ``ca.crt`` is
+added to the trusted set (both CAs are trusted while certificates of either are in use
+during a CA rotation). Unusable material (a half-written update, a key that does not match)
+is logged and the contexts keep serving the last good set; the next look tries again.
+
 The Secret is mounted ``optional: true`` by the control plane, so at start the directory
 may exist empty (the Secret is not created yet) or be absent: :func:`peer_tls_present`
 tells that case (runtimed then warns and serves plaintext without hops) from a Secret that
@@ -28,12 +37,15 @@ lacks some of the files (an error).
 from __future__ import annotations
 
 import contextvars
+import logging
+import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import anyio.abc
+import trio
 from anyio.streams.tls import TLSAttribute
 
 __all__ = [
@@ -44,12 +56,18 @@ __all__ = [
     "load_peer_tls",
     "peer_tls_present",
     "peer_verified",
+    "reload_peer_tls",
     "reset_peer_verified",
     "set_peer_verified",
+    "watch_peer_tls",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The files expected in ``--peer-tls-dir``.
 PEER_TLS_FILES: Final = ("tls.crt", "tls.key", "ca.crt")
+#: Seconds between looks at the peer TLS files for a rotated certificate.
+RELOAD_PERIOD_SECONDS: Final = 30.0
 
 _VERIFIED: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "runtimed_peer_verified", default=False
@@ -136,6 +154,76 @@ def load_peer_tls(directory: Path) -> PeerTLS:
     client.check_hostname = False
     client.verify_mode = ssl.CERT_REQUIRED
     return PeerTLS(server=server, client=client)
+
+
+def reload_peer_tls(tls: PeerTLS, directory: Path) -> None:
+    """Load the files of ``directory`` into ``tls``'s contexts, for connections made from now.
+
+    The files are checked first by building fresh contexts (:func:`load_peer_tls`), so
+    unusable material leaves ``tls`` exactly as it was.
+
+    Args:
+        tls: the contexts in use (the listener's and the peer channels').
+        directory: the mounted Secret's directory.
+
+    Raises:
+        PeerTLSError: a file is missing or cannot be loaded (the message names it).
+    """
+    load_peer_tls(directory)
+    certificate, key, ca = (str(Path(directory) / name) for name in PEER_TLS_FILES)
+    for context in (tls.server, tls.client):
+        try:
+            context.load_cert_chain(certificate, key)
+            context.load_verify_locations(cafile=ca)
+        except (ssl.SSLError, OSError) as exc:  # changed again since the check
+            raise PeerTLSError(f"--peer-tls-dir: the files changed while loading: {exc}") from exc
+
+
+def _signature(directory: Path) -> tuple[tuple[int, int, int], ...] | None:
+    """(inode, size, mtime in ns) of each file, following the Secret volume's symlinks."""
+    try:
+        stats = [os.stat(Path(directory) / name) for name in PEER_TLS_FILES]
+    except OSError:
+        return None
+    return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
+
+
+async def watch_peer_tls(
+    tls: PeerTLS, directory: Path, *, period: float = RELOAD_PERIOD_SECONDS
+) -> None:
+    """Reload ``tls`` from ``directory`` whenever its files change; never returns.
+
+    Loads the files once at start (what the caller loaded may have changed since), then
+    looks every ``period`` seconds. A change whose material cannot be loaded (or files
+    that are gone) is logged once and retried at the next look; the contexts keep the last
+    good material meanwhile (see the module docstring).
+
+    Args:
+        tls: the contexts in use.
+        directory: the mounted Secret's directory (``--peer-tls-dir``).
+        period: seconds between looks.
+    """
+    loaded: tuple[tuple[int, int, int], ...] | None = None
+    reported = loaded
+    started = False
+    while True:
+        # taken before loading: files that change while loading are loaded again next look
+        now = _signature(directory)
+        if now != loaded:
+            try:
+                if now is None:
+                    raise PeerTLSError(f"--peer-tls-dir {str(directory)!r}: a file is missing")
+                reload_peer_tls(tls, directory)
+            except PeerTLSError as exc:
+                if now != reported:
+                    log.warning("peer TLS files changed but are not usable, kept the last: %s", exc)
+                    reported = now
+            else:
+                if started:
+                    log.info("peer TLS material reloaded from %s", directory)
+                loaded = reported = now
+        started = True
+        await trio.sleep(period)
 
 
 def connection_has_verified_peer(stream: anyio.abc.ByteStream) -> bool:

@@ -8,17 +8,25 @@ present but broken material is a usage error.
 from __future__ import annotations
 
 import ssl
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 import trustme
 from click.testing import CliRunner, Result
+from cryptography import x509
 from dp_harness import write_peer_tls
 
 import runtimed.__main__ as cli
 from runtimed.__main__ import main
 from runtimed.daemon import DaemonConfig
-from runtimed.dataplane.peer import PeerTLSError, load_peer_tls, peer_tls_present
+from runtimed.dataplane.peer import (
+    PeerTLSError,
+    load_peer_tls,
+    peer_tls_present,
+    watch_peer_tls,
+)
 
 
 def test_contexts_require_the_installation_ca(tmp_path: Path) -> None:
@@ -174,3 +182,81 @@ def test_path_root_prefixes_the_mounted_material(
     assert config.functions is not None
     assert config.functions.ca_bundle is not None
     assert warnings == []
+
+
+# -- rotation: the mounted Secret's files change while runtimed runs -----------------------
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> int:
+    """TLS handshake in memory; the serial number of the certificate the server presented."""
+    client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
+    client_end = client.wrap_bio(client_in, client_out, server_hostname="runtimed")
+    server_end = server.wrap_bio(server_in, server_out, server_side=True)
+    done = [False, False]
+    for _ in range(10):
+        for index, end in enumerate((client_end, server_end)):
+            try:
+                end.do_handshake()
+                done[index] = True
+            except ssl.SSLWantReadError:
+                pass
+        server_in.write(client_out.read())
+        client_in.write(server_out.read())
+        if all(done):
+            break
+    certificate = client_end.getpeercert()
+    assert certificate is not None
+    return int(certificate["serialNumber"], 16)
+
+
+def _trusting(ca: trustme.CA) -> ssl.SSLContext:
+    """A gateway-like client context: trusts ``ca``, presents nothing, no host name check."""
+    context = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+    context.check_hostname = False
+    return context
+
+
+def _serial(directory: Path) -> int:
+    pem = (directory / "tls.crt").read_bytes()
+    return x509.load_pem_x509_certificate(pem).serial_number
+
+
+async def test_a_rotated_certificate_is_served_after_the_next_look(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    first = write_peer_tls(tmp_path)
+    old_serial = _serial(tmp_path)
+    tls = load_peer_tls(tmp_path)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(watch_peer_tls, tls, tmp_path, period=30.0))
+        await trio.sleep(1)
+        rotated = write_peer_tls(tmp_path)  # a new CA too: a CA rotation
+        await trio.sleep(10)
+        assert _handshake(tls.server, _trusting(first.ca)) == old_serial  # not looked yet
+        await trio.sleep(30)
+        assert _handshake(tls.server, _trusting(rotated.ca)) == _serial(tmp_path)
+        # the peer hop presents the new certificate and trusts the new CA
+        assert _handshake(load_peer_tls(tmp_path).server, tls.client) == _serial(tmp_path)
+        nursery.cancel_scope.cancel()
+
+
+async def test_unusable_files_keep_the_last_material_until_fixed(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = write_peer_tls(tmp_path)
+    old_serial = _serial(tmp_path)
+    tls = load_peer_tls(tmp_path)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(watch_peer_tls, tls, tmp_path, period=30.0))
+        await trio.sleep(1)
+        write_peer_tls(tmp_path, first.ca)
+        (tmp_path / "tls.key").write_bytes(trustme.CA().issue_cert("x").private_key_pem.bytes())
+        await trio.sleep(95)  # three looks at the same broken files
+        assert _handshake(tls.server, _trusting(first.ca)) == old_serial
+        warnings = [r for r in caplog.records if "not usable" in r.getMessage()]
+        assert len(warnings) == 1
+        assert "cannot be loaded as a pair" in warnings[0].getMessage()
+        write_peer_tls(tmp_path, first.ca)
+        await trio.sleep(30)
+        assert _handshake(tls.server, _trusting(first.ca)) == _serial(tmp_path) != old_serial
+        nursery.cancel_scope.cancel()
