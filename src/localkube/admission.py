@@ -44,6 +44,10 @@ class ObjectValidator(Protocol):
         """Return the defaulted, pruned object and its validation errors."""
         ...
 
+    def pruned(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Return ``obj`` with only unknown fields removed (strict field validation)."""
+        ...
+
 
 def _build_validator(schema: dict[str, Any]) -> ObjectValidator:
     from localkube.crd import CRDValidator
@@ -324,11 +328,13 @@ class Admission:
             return obj
         admitted, errors = validator.admit(obj, old)
         if strict:
+            # against pruning alone: a null known field is dropped by defaulting, not unknown
+            known = validator.pruned(obj) if isinstance(obj, dict) else admitted
             unknown = sorted(
                 path
                 for key in obj
                 if key not in ("apiVersion", "kind", "metadata")
-                for path in _pruned_paths(obj[key], admitted.get(key), key, key in admitted)
+                for path in _pruned_paths(obj[key], known.get(key), key, key in known)
             )
             if unknown:
                 detail = ", ".join(f'unknown field "{p}"' for p in unknown)

@@ -461,6 +461,8 @@ class Handlers:
             new = self.admission.admit_status(rt, new, old)
         key = self._key(rt, old["metadata"].get("namespace", ""), name)
         new = conversion.to_storage(rt, new)
+        if subresource != "status":
+            objects.settle_generation(rt, old, new)
         if dry_run:
             return for_version(rt, new)
         if self.deleter.finalized(rt, old, new):

@@ -276,8 +276,8 @@ def prepare_update(
 
     For the main resource of a kind with a status subresource, ``status`` is kept from
     ``old``; for ``subresource="status"`` only ``status`` is taken from ``new``. Immutable
-    metadata comes from ``old``; ``generation`` is bumped if anything outside ``metadata``
-    and ``status`` changed.
+    metadata comes from ``old``; ``generation`` is settled after admission
+    (:func:`settle_generation`).
 
     Raises:
         ApiError: 422 Invalid when a finalizer is added to an object being deleted, the
@@ -343,11 +343,28 @@ def prepare_update(
                     )
                 ],
             )
-    if tracks_generation(rt) and _without(old, "metadata", "status") != _without(
-        result, "metadata", "status"
-    ):
-        meta["generation"] = int(old_meta.get("generation", 1)) + 1
     return result
+
+
+def settle_generation(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Set ``new``'s ``metadata.generation``: the stored one, plus one if anything changed.
+
+    Anything outside ``metadata`` and ``status``. Call it on the admitted object (defaults
+    applied, in the storage version), as kube-apiserver decides on the decoded and
+    defaulted object: an update that only restates or removes a defaulted value (``port:
+    null``) changes nothing, keeps the generation, and is then a no-op write (same
+    ``resourceVersion``, no watch event).
+
+    Args:
+        rt: the type (only kinds that track ``generation`` are touched).
+        old: the stored object. new: the object about to be stored (changed in place).
+    """
+    if not tracks_generation(rt):
+        return
+    generation = int(old["metadata"].get("generation", 1))
+    if _without(old, "metadata", "status") != _without(new, "metadata", "status"):
+        generation += 1
+    new["metadata"]["generation"] = generation
 
 
 def is_deleting(obj: dict[str, Any]) -> bool:

@@ -199,6 +199,38 @@ async def test_status_subresource_and_generation_for_custom_objects(
     assert smp.status_code == 415
 
 
+async def test_an_update_that_only_restates_defaults_is_a_no_op(
+    widgets: httpx.AsyncClient,
+) -> None:
+    # kube-apiserver defaults while decoding, so the update equals the stored object: no
+    # write, same resourceVersion and generation, no watch event
+    created = (await widgets.post(WIDGETS, json=widget())).json()
+    assert created["spec"]["color"] == "blue"
+    version = created["metadata"]["resourceVersion"]
+    without = copy.deepcopy(created)
+    del without["spec"]["color"]
+    nulled = copy.deepcopy(created)
+    nulled["spec"]["color"] = None
+    for body in (without, nulled):
+        r = await widgets.put(f"{WIDGETS}/w", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["metadata"]["resourceVersion"] == version
+        assert r.json()["metadata"]["generation"] == 1
+        assert r.json()["spec"]["color"] == "blue"
+    r = await widgets.patch(
+        f"{WIDGETS}/w", content=json.dumps({"spec": {"color": None}}), headers=MERGE
+    )
+    assert (r.json()["metadata"]["resourceVersion"], r.json()["metadata"]["generation"]) == (
+        version,
+        1,
+    )
+    r = await widgets.patch(
+        f"{WIDGETS}/w", content=json.dumps({"spec": {"color": "red"}}), headers=MERGE
+    )
+    assert r.json()["metadata"]["resourceVersion"] != version
+    assert r.json()["metadata"]["generation"] == 2
+
+
 async def test_table_output_uses_printer_columns(widgets: httpx.AsyncClient) -> None:
     await widgets.post(WIDGETS, json=widget())
     await widgets.patch(

@@ -56,6 +56,24 @@ async def test_strict_field_validation_rejects_unknown_custom_fields(
     assert "extra" not in r.json()["spec"], "without Strict: pruned"
 
 
+async def test_strict_field_validation_takes_a_null_known_field_for_known(
+    admin_http: httpx.AsyncClient,
+) -> None:
+    # kube: strict decoding reports what structural pruning removes; a null of a known,
+    # non-nullable field is dropped later (defaulting), so it is not "unknown"
+    await admin_http.post(CRDS, json=crd())
+    strict = {"fieldValidation": "Strict"}
+    r = await admin_http.post(WIDGETS, json=widget(name=None), params=strict)
+    assert r.status_code == 201, r.text
+    assert "name" not in r.json()["spec"]
+    r = await admin_http.post(WIDGETS, json=widget("w2", size=None), params=strict)
+    assert r.status_code == 422, r.text
+    assert r.json()["details"]["causes"][0]["field"] == "spec.size"
+    r = await admin_http.post(WIDGETS, json=widget("w3", bogus=None), params=strict)
+    assert r.status_code == 400
+    assert r.json()["message"].endswith('unknown field "spec.bogus"')
+
+
 async def test_pod_log_reads_node_files(tmp_path: Path, start_apiserver: Any) -> None:
     from localkube.node.layout import PodPaths
     from localkube.node.logs import encode_records

@@ -113,6 +113,16 @@ class CRDValidator:
             self._remember(new_obj)
         return new_obj, errors
 
+    def pruned(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` with only structural pruning applied: unknown fields removed, nulls kept.
+
+        What strict field validation compares the request with (``fieldValidation=Strict``:
+        a field pruning removes is unknown; a ``null`` known field is not, even when
+        defaulting later drops it). Shares ``obj``'s envelope; ``obj`` is not modified.
+        """
+        pruned: dict[str, Any] = prune(obj, self._root, root=True, share_envelope=True)
+        return pruned
+
     def _trusted(self, obj: Any) -> frozenset[str]:
         """Top-level fields of ``obj`` whose values this validator admitted before.
 
