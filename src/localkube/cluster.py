@@ -51,6 +51,8 @@ class ClusterConfig:
         backoff_initial, backoff_cap: container crash back-off in seconds.
         shutdown_grace: seconds Pods get between SIGTERM and SIGKILL at shutdown.
         log_limits: container log rotation (default 10 MiB per file, 5 files per run).
+        volume_sync_period: seconds between re-projections of changed Secret/ConfigMap
+            volumes of running Pods (:class:`localkube.node.config.NodeConfig`).
     """
 
     state_dir: Path
@@ -61,6 +63,7 @@ class ClusterConfig:
     backoff_cap: float = 300.0
     shutdown_grace: float = 5.0
     log_limits: LogLimits = field(default_factory=LogLimits)
+    volume_sync_period: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ async def serve_cluster(
                     backoff_cap=config.backoff_cap,
                     shutdown_grace=config.shutdown_grace,
                     log_limits=config.log_limits,
+                    volume_sync_period=config.volume_sync_period,
                 )
                 async with trio.open_nursery() as node:
                     kubelet: Kubelet = await node.start(serve_node, kube, node_config)

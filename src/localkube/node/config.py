@@ -28,6 +28,9 @@ class NodeConfig:
             itself stops (``krt dev down``).
         token_seconds: lifetime of projected ServiceAccount tokens (3600).
         log_limits: container log rotation (10 MiB per file, 5 files per run).
+        volume_sync_period: seconds between looks at the Secrets and ConfigMaps a running
+            Pod's volumes project (changed ones are projected again, as the kubelet's
+            periodic sync does; 10 s, the kubelet's is about a minute).
     """
 
     state_dir: Path
@@ -43,6 +46,7 @@ class NodeConfig:
     shutdown_grace: float = 5.0
     token_seconds: int = 3600
     log_limits: LogLimits = field(default_factory=LogLimits)
+    volume_sync_period: float = 10.0
 
     def base_env(self) -> dict[str, str]:
         """Variables every container gets before its own ``env`` (see docs/localkube.md)."""

@@ -21,8 +21,10 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import httpx
 import trio
 
 from localkube.controllers.events import EventRecorder
@@ -39,7 +41,7 @@ from localkube.node.env import (
 from localkube.node.layout import PodPaths
 from localkube.node.podstatus import ContainerObservation, pod_status
 from localkube.node.recovery import parse_time, restore_init_observations, restore_observations
-from localkube.node.volumes import prepare_volumes, write_service_account
+from localkube.node.volumes import VolumeError, prepare_volumes, write_service_account
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +302,49 @@ class PodWorker:
                 except ContainerConfigError as exc:
                     log.warning("pod %s/%s: %s", self.namespace, self.name, exc)
 
+    async def _volume_refresher(self) -> None:
+        """Keep the Pod's secret and configMap volumes current while it runs.
+
+        As the kubelet's periodic sync: every ``volume_sync_period`` seconds the objects
+        the Pod reads are fetched again, and when one changed (its resourceVersion) the
+        volumes are projected again: each file replaced atomically, keys that are gone
+        removed (:func:`localkube.node.volumes.prepare_volumes`). A process reading a
+        mounted certificate sees the renewed one without a restart. An object that cannot
+        be read or projected now is logged, the files stay as they are, and the next look
+        tries again.
+        """
+        period = self.node.config.volume_sync_period
+        projected: dict[str, str] | None = None
+        while True:
+            await trio.sleep(period)
+            pod = self.view()
+            if not any("secret" in v or "configMap" in v for v in _volumes(pod)):
+                continue
+            secret_names, cm_names = referenced_objects(pod)
+            try:
+                secrets = await self._fetch("secrets", secret_names)
+                configmaps = await self._fetch("configmaps", cm_names)
+            except (ApiStatusError, httpx.TransportError) as exc:
+                log.info("pod %s/%s: volume sync skipped: %s", self.namespace, self.name, exc)
+                continue
+            versions = {
+                f"{kind}/{name}": str(obj.get("metadata", {}).get("resourceVersion", ""))
+                for kind, objs in (("secret", secrets), ("configmap", configmaps))
+                for name, obj in objs.items()
+            }
+            if versions == projected:
+                continue
+            try:
+                await trio.to_thread.run_sync(
+                    partial(
+                        prepare_volumes, self.paths, pod, secrets=secrets, configmaps=configmaps
+                    )
+                )
+            except (VolumeError, OSError) as exc:
+                log.warning("pod %s/%s: volumes not updated: %s", self.namespace, self.name, exc)
+                continue
+            projected = versions
+
     def _runner(
         self, container: Mapping[str, Any], obs: ContainerObservation, policy: str, kind: str
     ) -> ContainerRunner:
@@ -372,6 +417,7 @@ class PodWorker:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._status_loop)
             nursery.start_soon(self._token_refresher)
+            nursery.start_soon(self._volume_refresher)
             self.mark_dirty()
             nursery.start_soon(self._start_containers, nursery, policy)
             await self._stop.wait()
@@ -411,3 +457,7 @@ def _revision(obj: dict[str, Any]) -> int:
         return int(obj.get("metadata", {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
+
+
+def _volumes(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((pod.get("spec") or {}).get("volumes") or [])

@@ -2,7 +2,9 @@
 
 Supported volume types: ``emptyDir`` (a directory, kept across container restarts, removed
 with the Pod), ``secret`` and ``configMap`` (files per key, or per ``items`` entry with
-``path``; ``defaultMode``/``mode`` honoured; ``optional`` honoured) and the *workspace*: a
+``path``; ``defaultMode``/``mode`` honoured; ``optional`` honoured; projected again by the
+Pod worker when the object changes, each file replaced atomically and files of keys that
+are gone removed) and the *workspace*: a
 volume named ``workspace`` of any emptyDir kind is the Pod's shared workspace directory
 (``<pod-root>/workspace``, also every container's cwd and HOME). Other volume types are
 rejected with :class:`VolumeError` naming the volume, and the container reports
@@ -80,9 +82,16 @@ def _project(
             if rel.startswith("/") or ".." in rel.split("/"):
                 raise VolumeError(f'volume "{name}": item path "{rel}" must be relative')
             _write_file(target / rel, keys[item["key"]], int(item.get("mode", default_mode)))
+        wanted = {item.get("path", item["key"]).split("/")[0] for item in items}
     else:
         for k, data in keys.items():
             _write_file(target / k, data, default_mode)
+        wanted = set(keys)
+    # projected again after a change (the kubelet's sync): a key that is gone goes too
+    for entry in os.scandir(target):
+        if entry.name not in wanted and not entry.name.startswith("."):
+            if entry.is_file(follow_symlinks=False) or entry.is_symlink():
+                os.unlink(entry.path)
 
 
 def volume_dir(paths: PodPaths, name: str) -> Path:

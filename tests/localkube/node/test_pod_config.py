@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import trio
 from lk_node_helpers import PODS, eventually, pod
 
-from localkube.cluster import ClusterHandle
+from localkube.cluster import ClusterConfig, ClusterHandle, serve_cluster
 from localkube.controllers.kubeapi import Kube
+from localkube.node.layout import PodPaths
 
 REPORT = r"""
 import json, os, pathlib
@@ -282,3 +284,48 @@ async def test_a_failed_init_container_fails_a_never_pod(kube: Kube) -> None:
     p = await eventually(lambda: phase(kube, "badinit", "Failed"), what="Failed")
     assert p["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 7
     assert "waiting" in p["status"]["containerStatuses"][0]["state"]
+
+
+async def test_mounted_secret_follows_its_updates(tmp_path: Path, nursery: trio.Nursery) -> None:
+    # the kubelet's periodic sync: a running Pod's secret volume shows the new data (a
+    # renewed certificate), and a key that is gone disappears; no restart
+    state = tmp_path / "state"
+    cluster: ClusterHandle = await nursery.start(
+        serve_cluster,
+        ClusterConfig(
+            state_dir=state, backoff_initial=0.2, shutdown_grace=1.0, volume_sync_period=0.1
+        ),
+    )
+    kube = cluster.kube
+    secrets = "/api/v1/namespaces/default/secrets"
+
+    def data(**values: bytes) -> dict[str, str]:
+        return {k: base64.b64encode(v).decode() for k, v in values.items()}
+
+    await kube.create(secrets, {"metadata": {"name": "tls"}, "data": data(crt=b"one", old=b"x")})
+    container = {
+        "name": "main",
+        "image": "localkube/python",
+        "args": ["-c", "import time; time.sleep(60)"],
+        "volumeMounts": [{"name": "tls", "mountPath": "/etc/tls"}],
+    }
+    body = pod("holder", container)
+    body["spec"]["volumes"] = [{"name": "tls", "secret": {"secretName": "tls"}}]
+    created = await kube.create(PODS, body)
+    await eventually(lambda: phase(kube, "holder", "Running"), what="holder Running")
+    volume = PodPaths.for_pod(state, "default", "holder", created["metadata"]["uid"]).volume("tls")
+    assert (volume / "crt").read_bytes() == b"one"
+
+    current = await kube.get(f"{secrets}/tls")
+    assert current is not None
+    current["data"] = data(crt=b"two", new=b"y")
+    await kube.replace(f"{secrets}/tls", current)
+
+    async def updated() -> bool:
+        names = sorted(p.name for p in volume.iterdir() if not p.name.startswith("."))
+        return names == ["crt", "new"] and (volume / "crt").read_bytes() == b"two"
+
+    await eventually(updated, what="the volume to show the updated Secret")
+    restarts = await kube.get(f"{PODS}/holder")
+    assert restarts is not None
+    assert restarts["status"]["containerStatuses"][0]["restartCount"] == 0
