@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,16 @@ class VolumeError(ValueError):
 
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """Write ``path`` atomically (a new file renamed into place), unless it already holds
+    exactly ``data`` with ``mode``: a container start or a sync of an unchanged object
+    leaves the file, its inode and mtime alone, so a process watching it sees no change."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode:
+            if st.st_size == len(data) and path.read_bytes() == data:
+                return
+    except OSError:
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     tmp.write_bytes(data)

@@ -565,6 +565,25 @@ def test_volumes_and_mounts(tmp_path: Path) -> None:
         )
 
 
+def test_projecting_again_touches_only_what_changed(tmp_path: Path) -> None:
+    paths = PodPaths(tmp_path / "pod")
+    pod = {"spec": {"volumes": [{"name": "s", "secret": {"secretName": "tls"}}]}}
+
+    def project(**data: bytes) -> None:
+        encoded = {k: base64.b64encode(v).decode() for k, v in data.items()}
+        prepare_volumes(paths, pod, secrets={"tls": {"data": encoded}}, configmaps={})
+
+    project(crt=b"one", key=b"k")
+    crt, key = paths.volume("s") / "crt", paths.volume("s") / "key"
+    before = (crt.stat().st_ino, key.stat().st_ino)
+    project(crt=b"one", key=b"k")  # a container start: unchanged files stay as they are
+    assert (crt.stat().st_ino, key.stat().st_ino) == before
+    project(crt=b"two", new=b"n")  # the Secret changed
+    assert crt.read_bytes() == b"two"
+    assert crt.stat().st_ino != before[0]
+    assert sorted(p.name for p in paths.volume("s").iterdir()) == ["crt", "new"]
+
+
 async def test_grpc_probe_speaks_grpc_health_v1() -> None:
     import purerpc
 
