@@ -1,5 +1,7 @@
 """A short memory of closed HTTP/2 streams for every connection we make or accept.
 
+Also: a late WINDOW_UPDATE on a closed stream is ignored (:func:`tolerate_late_window_updates`).
+
 h2 (3.x and 4.x) remembers how each closed stream ended (``H2Connection._closed_streams``),
 so that a frame arriving late on a stream this side reset is answered with RST_STREAM
 rather than a connection error. That memory is an LRU bounded at ``MAX_CLOSED_STREAMS``
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from h2.connection import WindowUpdateFrame  # hyperframe's class, as h2 dispatches on it
+from h2.exceptions import StreamClosedError
 from h2.utilities import SizeLimitDict
 
-__all__ = ["CLOSED_STREAM_MEMORY", "limit_closed_stream_memory"]
+__all__ = ["CLOSED_STREAM_MEMORY", "limit_closed_stream_memory", "tolerate_late_window_updates"]
 
 #: Closed streams whose ending an HTTP/2 connection remembers (h2's default: 65,536).
 CLOSED_STREAM_MEMORY: Final = 4096
@@ -54,3 +58,42 @@ def limit_closed_stream_memory(h2_connection: Any, *, streams: int | None = None
             "(_closed_streams is not an h2.utilities.SizeLimitDict)"
         )
     h2_connection._closed_streams = SizeLimitDict(closed, size_limit=streams)
+
+
+def tolerate_late_window_updates(h2_connection: Any) -> None:
+    """Make ``h2_connection`` ignore a WINDOW_UPDATE on a stream it has closed and forgotten.
+
+    RFC 9113 section 6.9: a peer may send WINDOW_UPDATE after receiving our END_STREAM (it
+    grants window for what it read), so a receiver "MUST NOT treat this as an error". h2
+    3.x ignores it while the closed stream is still in ``H2Connection.streams``, but once
+    it cleans closed streams up the same frame raises ``StreamClosedError``, a connection
+    error: every call on the connection failed with it (a client reading large answers on
+    many streams hit this in ~7% of its calls). h2 4.x ignores the frame; purerpc 0.8.0
+    needs h2 3.x, so this wraps h2's WINDOW_UPDATE handler of the connection to do the
+    same. A WINDOW_UPDATE on the connection itself (stream 0) is handled by h2 as before.
+
+    Args:
+        h2_connection: an :class:`h2.connection.H2Connection`.
+
+    Raises:
+        TypeError: ``h2_connection`` has no frame dispatch table in the layout of h2 3.x
+            (a changed h2 must be looked at again).
+    """
+    table = getattr(h2_connection, "_frame_dispatch_table", None)
+    if not isinstance(table, dict) or WindowUpdateFrame not in table:
+        raise TypeError(
+            f"{type(h2_connection).__name__} has no h2 3.x frame dispatch table "
+            "(_frame_dispatch_table[WindowUpdateFrame])"
+        )
+    receive = table[WindowUpdateFrame]
+
+    def receive_window_update(frame: Any) -> tuple[list[Any], list[Any]]:
+        try:
+            result: tuple[list[Any], list[Any]] = receive(frame)
+        except StreamClosedError:
+            if not frame.stream_id:
+                raise
+            return [], []
+        return result
+
+    table[WindowUpdateFrame] = receive_window_update
