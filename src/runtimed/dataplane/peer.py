@@ -153,7 +153,44 @@ def load_peer_tls(directory: Path) -> PeerTLS:
     server.verify_mode = ssl.CERT_OPTIONAL
     client.check_hostname = False
     client.verify_mode = ssl.CERT_REQUIRED
+    _check_issued_by_ca(server, paths["ca.crt"])
     return PeerTLS(server=server, client=client)
+
+
+def _check_issued_by_ca(server: ssl.SSLContext, ca_file: Path) -> None:
+    """Refuse a ``tls.crt`` that a peer trusting only ``ca.crt`` would refuse.
+
+    Every runtimed presents the same certificate and trusts only ``ca.crt``: a leaf from
+    another CA would load fine and then fail every hop and the gateway's handshakes. A TLS
+    handshake in memory against a client that trusts just ``ca.crt`` tells (host names are
+    not checked on the peer hop).
+
+    Raises:
+        PeerTLSError: the handshake fails (the message says why).
+    """
+    verifier = ssl.create_default_context(cafile=str(ca_file))
+    verifier.check_hostname = False
+    client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
+    client_end = verifier.wrap_bio(client_in, client_out)
+    server_end = server.wrap_bio(server_in, server_out, server_side=True)
+    ends = [client_end, server_end]
+    try:
+        for _ in range(8):
+            for end in list(ends):
+                try:
+                    end.do_handshake()
+                    ends.remove(end)
+                except ssl.SSLWantReadError:
+                    pass
+            server_in.write(client_out.read())
+            client_in.write(server_out.read())
+            if not ends:
+                return
+    except ssl.SSLError as exc:
+        raise PeerTLSError(
+            f"--peer-tls-dir: tls.crt is not accepted by a peer trusting ca.crt: {exc}"
+        ) from exc
+    raise PeerTLSError("--peer-tls-dir: tls.crt could not be checked against ca.crt")
 
 
 def reload_peer_tls(tls: PeerTLS, directory: Path) -> None:

@@ -260,3 +260,33 @@ async def test_unusable_files_keep_the_last_material_until_fixed(
         await trio.sleep(30)
         assert _handshake(tls.server, _trusting(first.ca)) == _serial(tmp_path) != old_serial
         nursery.cancel_scope.cancel()
+
+
+def _leaf_from_another_ca(directory: Path) -> None:
+    """Replace tls.crt/tls.key with a pair issued by a CA that ca.crt does not hold."""
+    leaf = trustme.CA().issue_cert("runtimed.kruntimes.internal")
+    (directory / "tls.key").write_bytes(leaf.private_key_pem.bytes())
+    (directory / "tls.crt").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
+
+
+def test_a_certificate_from_another_ca_is_refused(tmp_path: Path) -> None:
+    write_peer_tls(tmp_path)
+    _leaf_from_another_ca(tmp_path)
+    with pytest.raises(PeerTLSError, match="not accepted by a peer trusting ca.crt"):
+        load_peer_tls(tmp_path)
+
+
+async def test_a_rotation_to_another_ca_without_its_ca_crt_is_not_loaded(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = write_peer_tls(tmp_path)
+    old_serial = _serial(tmp_path)
+    tls = load_peer_tls(tmp_path)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(watch_peer_tls, tls, tmp_path, period=30.0))
+        await trio.sleep(1)
+        _leaf_from_another_ca(tmp_path)
+        await trio.sleep(31)
+        assert _handshake(tls.server, _trusting(first.ca)) == old_serial
+        assert any("not accepted by a peer" in r.getMessage() for r in caplog.records)
+        nursery.cancel_scope.cancel()
