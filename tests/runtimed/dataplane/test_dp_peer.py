@@ -8,6 +8,8 @@ present but broken material is a usage error.
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
@@ -16,12 +18,13 @@ import trio
 import trustme
 from click.testing import CliRunner, Result
 from cryptography import x509
-from dp_harness import write_peer_tls
+from dp_harness import TLSFiles, write_peer_tls
 
 import runtimed.__main__ as cli
 from runtimed.__main__ import main
 from runtimed.daemon import DaemonConfig
 from runtimed.dataplane.peer import (
+    PeerTLS,
     PeerTLSError,
     load_peer_tls,
     peer_tls_present,
@@ -221,15 +224,22 @@ def _serial(directory: Path) -> int:
     return x509.load_pem_x509_certificate(pem).serial_number
 
 
+@asynccontextmanager
+async def _watched(directory: Path) -> AsyncIterator[tuple[TLSFiles, int, PeerTLS]]:
+    """Material in ``directory`` (its CA, the leaf's serial), loaded and watched every 30 s."""
+    first = write_peer_tls(directory)
+    tls = load_peer_tls(directory)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(watch_peer_tls, tls, directory, period=30.0))
+        await trio.sleep(1)
+        yield first, _serial(directory), tls
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_rotated_certificate_is_served_after_the_next_look(
     tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:
-    first = write_peer_tls(tmp_path)
-    old_serial = _serial(tmp_path)
-    tls = load_peer_tls(tmp_path)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(partial(watch_peer_tls, tls, tmp_path, period=30.0))
-        await trio.sleep(1)
+    async with _watched(tmp_path) as (first, old_serial, tls):
         rotated = write_peer_tls(tmp_path)  # a new CA too: a CA rotation
         await trio.sleep(10)
         assert _handshake(tls.server, _trusting(first.ca)) == old_serial  # not looked yet
@@ -237,18 +247,12 @@ async def test_a_rotated_certificate_is_served_after_the_next_look(
         assert _handshake(tls.server, _trusting(rotated.ca)) == _serial(tmp_path)
         # the peer hop presents the new certificate and trusts the new CA
         assert _handshake(load_peer_tls(tmp_path).server, tls.client) == _serial(tmp_path)
-        nursery.cancel_scope.cancel()
 
 
 async def test_unusable_files_keep_the_last_material_until_fixed(
     tmp_path: Path, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = write_peer_tls(tmp_path)
-    old_serial = _serial(tmp_path)
-    tls = load_peer_tls(tmp_path)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(partial(watch_peer_tls, tls, tmp_path, period=30.0))
-        await trio.sleep(1)
+    async with _watched(tmp_path) as (first, old_serial, tls):
         write_peer_tls(tmp_path, first.ca)
         (tmp_path / "tls.key").write_bytes(trustme.CA().issue_cert("x").private_key_pem.bytes())
         await trio.sleep(95)  # three looks at the same broken files
@@ -259,7 +263,6 @@ async def test_unusable_files_keep_the_last_material_until_fixed(
         write_peer_tls(tmp_path, first.ca)
         await trio.sleep(30)
         assert _handshake(tls.server, _trusting(first.ca)) == _serial(tmp_path) != old_serial
-        nursery.cancel_scope.cancel()
 
 
 def _leaf_from_another_ca(directory: Path) -> None:
@@ -279,14 +282,8 @@ def test_a_certificate_from_another_ca_is_refused(tmp_path: Path) -> None:
 async def test_a_rotation_to_another_ca_without_its_ca_crt_is_not_loaded(
     tmp_path: Path, autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = write_peer_tls(tmp_path)
-    old_serial = _serial(tmp_path)
-    tls = load_peer_tls(tmp_path)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(partial(watch_peer_tls, tls, tmp_path, period=30.0))
-        await trio.sleep(1)
+    async with _watched(tmp_path) as (first, old_serial, tls):
         _leaf_from_another_ca(tmp_path)
         await trio.sleep(31)
         assert _handshake(tls.server, _trusting(first.ca)) == old_serial
         assert any("not accepted by a peer" in r.getMessage() for r in caplog.records)
-        nursery.cancel_scope.cancel()
