@@ -315,6 +315,7 @@ class PodWorker:
         """
         period = self.node.config.volume_sync_period
         projected: dict[str, str] | None = None
+        reported = ""  # the last failure logged: a lasting one is logged once
         while True:
             await trio.sleep(period)
             pod = self.view()
@@ -341,9 +342,13 @@ class PodWorker:
                     )
                 )
             except (VolumeError, OSError) as exc:
-                log.warning("pod %s/%s: volumes not updated: %s", self.namespace, self.name, exc)
+                if str(exc) != reported:
+                    log.warning(
+                        "pod %s/%s: volumes not updated: %s", self.namespace, self.name, exc
+                    )
+                    reported = str(exc)
                 continue
-            projected = versions
+            projected, reported = versions, ""
 
     def _runner(
         self, container: Mapping[str, Any], obs: ContainerObservation, policy: str, kind: str

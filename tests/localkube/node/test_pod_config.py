@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import trio
 from lk_node_helpers import PODS, eventually, pod
 
@@ -286,7 +287,9 @@ async def test_a_failed_init_container_fails_a_never_pod(kube: Kube) -> None:
     assert "waiting" in p["status"]["containerStatuses"][0]["state"]
 
 
-async def test_mounted_secret_follows_its_updates(tmp_path: Path, nursery: trio.Nursery) -> None:
+async def test_mounted_secret_follows_its_updates(
+    tmp_path: Path, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
     # the kubelet's periodic sync: a running Pod's secret volume shows the new data (a
     # renewed certificate), and a key that is gone disappears; no restart
     state = tmp_path / "state"
@@ -329,3 +332,14 @@ async def test_mounted_secret_follows_its_updates(tmp_path: Path, nursery: trio.
     restarts = await kube.get(f"{PODS}/holder")
     assert restarts is not None
     assert restarts["status"]["containerStatuses"][0]["restartCount"] == 0
+
+    # the Secret goes: the files stay, and the lasting failure is logged once
+    await kube.delete(f"{secrets}/tls")
+
+    async def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "volumes not updated" in r.getMessage()]
+
+    await eventually(warned, what="a warning about the missing Secret")
+    await trio.sleep(0.5)  # five more looks at the same missing Secret
+    assert len(await warned()) == 1
+    assert (volume / "crt").read_bytes() == b"two"
