@@ -54,7 +54,7 @@ from runtimed.functions.settings import FunctionSettings
 from runtimed.httpserver import health_app, serve_http
 from runtimed.identity import PodIdentity
 from runtimed.metrics import RuntimedMetrics
-from runtimed.readiness import ReadinessLoop
+from runtimed.readiness import HealthState, ReadinessLoop
 from runtimed.run_fields import queue_key
 from runtimed.run_informers import (
     ASSIGNED_POD_INDEX,
@@ -251,12 +251,15 @@ async def serve_daemon(
             async def patch(condition: dict[str, Any]) -> object:
                 return await patch_pod_condition(kube, pod.namespace, pod.name, condition)
 
+            def on_health(state: HealthState) -> None:
+                metrics.server_healthy.set(1.0 if state.healthy else 0.0)
+                if proxy is not None:
+                    proxy.server_down = (
+                        None if state.healthy else f"{state.reason}: {state.message}"
+                    )
+
             readiness = ReadinessLoop(
-                server,
-                patch,
-                clock=clock,
-                period=config.health_period,
-                on_change=lambda state: metrics.server_healthy.set(1.0 if state.healthy else 0.0),
+                server, patch, clock=clock, period=config.health_period, on_change=on_health
             )
             await nursery.start(readiness.run)
             nursery.start_soon(

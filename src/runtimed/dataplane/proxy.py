@@ -278,6 +278,11 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         self.clock = clock or SystemClock()
         #: The bound Service port, once listening (set by ``serve_dataplane``).
         self.port = 0
+        #: Why the local Runtime Server is not healthy (its last ``Health`` answer, set by
+        #: runtimed's readiness loop), or ``None`` while it is. Local invokes are then
+        #: refused at once with UNAVAILABLE (gateway 503) instead of each waiting its whole
+        #: deadline on a hung server (seed 000: an unreachable owner is a 503).
+        self.server_down: str | None = None
 
     # -- the public method -----------------------------------------------------------------
 
@@ -441,6 +446,12 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         return max(0.001, deadline - trio.current_time())
 
     async def _call_local(self, decision: Local, message: Any, deadline: float) -> Any:
+        if self.server_down is not None:
+            raise _Reject(
+                purerpc.StatusCode.UNAVAILABLE,
+                f"the local Runtime Server is not answering its health checks "
+                f"({self.server_down}); RuntimedReady is False until it does",
+            )
         try:
             async with self.slots.claim(decision.run.uid, call=current_call_scope()):
                 # after the claim: a wait for a cancelled holder's release counts against it

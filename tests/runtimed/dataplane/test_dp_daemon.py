@@ -38,7 +38,7 @@ CRDS = ResourceRef(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", False, "CustomResourceDefinition"
 )
 CRD_DIR = Path(__file__).resolve().parents[3] / "charts" / "kruntimes" / "crds"
-NOT_FOUND, FAILED_PRECONDITION = 5, 9
+NOT_FOUND, FAILED_PRECONDITION, UNAVAILABLE = 5, 9, 14
 
 
 class BaseRuntime(runtime_grpc.RuntimeServicer):  # type: ignore[misc]
@@ -47,8 +47,12 @@ class BaseRuntime(runtime_grpc.RuntimeServicer):  # type: ignore[misc]
     async def List(self, message: Any) -> Any:  # noqa: N802
         return pb.ListResponse()
 
+    healthy = True
+
     async def Health(self, message: Any) -> Any:  # noqa: N802
-        return pb.HealthResponse(healthy=True, message="ok")
+        if self.healthy:
+            return pb.HealthResponse(healthy=True, message="ok")
+        return pb.HealthResponse(healthy=False, message="handler pool stuck")
 
 
 @pytest.fixture
@@ -130,11 +134,12 @@ async def test_daemon_serves_the_proxy_from_its_informers(
         },
     )
     functions = FakeRuntimeServer()
+    base = BaseRuntime()
     async with trio.open_nursery() as nursery:
         server_port = await nursery.start(
             lambda task_status: serve_grpc(
                 {
-                    "executor.v1.Runtime": BaseRuntime().service,
+                    "executor.v1.Runtime": base.service,
                     "executor.v1.FunctionRuntime": functions.service,
                 },
                 host="127.0.0.1",
@@ -187,9 +192,28 @@ async def test_daemon_serves_the_proxy_from_its_informers(
                         refusals.append(exc.code)
                         await trio.sleep(0.02)
                 assert set(refusals) <= {NOT_FOUND, FAILED_PRECONDITION}
+                # the Runtime Server reports itself unhealthy: RuntimedReady goes False and
+                # invokes are refused at once (503 at the gateway), until Health recovers
+                base.healthy = False
+                while handle.proxy.server_down is None:  # noqa: ASYNC110 - the readiness loop's 1 s period
+                    await trio.sleep(0.05)
+                assert "handler pool stuck" in handle.proxy.server_down
+                calls = len(functions.requests)
+                with pytest.raises(GrpcStatusError) as refused:
+                    await invoke(
+                        conn, request(uid), metadata=[("authorization", f"Bearer {admin_token}")]
+                    )
+                assert refused.value.code == UNAVAILABLE
+                assert len(functions.requests) == calls
+                base.healthy = True
+                while handle.proxy.server_down is not None:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+                await invoke(
+                    conn, request(uid), metadata=[("authorization", f"Bearer {admin_token}")]
+                )
             assert functions.requests[-1].registration.registration_id == "reg-daemon"
             async with httpx.AsyncClient() as http:
                 metrics = (await http.get(f"http://127.0.0.1:{handle.http_port}/metrics")).text
-            assert 'runtimed_invocations_total{code="OK",route="local"} 1.0' in metrics
+            assert 'runtimed_invocations_total{code="OK",route="local"} 2.0' in metrics
             assert 'runtimed_authz_cache_lookups_total{result="miss"}' in metrics
         nursery.cancel_scope.cancel()

@@ -248,6 +248,23 @@ async def test_lost_registration_on_the_server_is_503_not_404(cluster: Cluster) 
     assert await status_of(cluster.b, cluster.tls) == FAILED_PRECONDITION
 
 
+async def test_an_unhealthy_local_server_is_refused_at_once(cluster: Cluster) -> None:
+    # runtimed's readiness loop saw Health fail: invokes are UNAVAILABLE (gateway 503) at
+    # once instead of each waiting its deadline on a hung server; they pass again once
+    # Health does
+    cluster.b.proxy.server_down = "RuntimeServerUnreachable: Health timed out"
+    async with client(cluster.b.host, cluster.b.port, cluster.tls.gateway_context()) as conn:
+        with pytest.raises(GrpcStatusError) as info:
+            await invoke(conn)
+    assert info.value.code == UNAVAILABLE
+    assert "not answering its health checks" in info.value.message
+    assert "Health timed out" in info.value.message
+    assert cluster.b.server.requests == []
+    cluster.b.proxy.server_down = None
+    async with cluster.gateway(cluster.b) as conn:  # type: ignore[attr-defined]
+        assert (await invoke(conn)).output == b'{"echo":{"x":1}}'
+
+
 async def test_unreachable_owner_is_unavailable(cluster: Cluster) -> None:
     listener = trio.socket.socket()
     await listener.bind(("127.0.0.3", 0))
