@@ -252,16 +252,6 @@ def _fewest(results: list[list[FieldError]]) -> list[FieldError]:
     return min(results, key=lambda errors: len(errors))
 
 
-def _string_ok(value: str, node: SchemaNode) -> bool:
-    """Whether :func:`_validate_string` would find nothing wrong with ``value``."""
-    return (
-        (node.max_length is None or len(value) <= node.max_length)
-        and (node.min_length is None or len(value) >= node.min_length)
-        and (node.pattern_re is None or _matches_pattern(value, node))
-        and (node.format is None or _has_format(value, node))
-    )
-
-
 def _validate_child(
     item: Any, node: SchemaNode, path: str, name: str, errors: list[FieldError]
 ) -> None:
@@ -271,19 +261,32 @@ def _validate_child(
     path, which only an error needs; anything else goes to :func:`_validate`.
     """
     if type(item) is str and node.plain_string:
-        if node.string_checks and not _string_ok(item, node):
-            _validate_string(item, node, join(path, name), errors)
+        if node.string_checks:
+            _validate_string(item, node, path, errors, name)
         if node.enum is not None and item not in node.enum_strings:
             errors.append(fe.not_supported(field_of(join(path, name)), item, node.enum))
         return
     _validate(item, node, join(path, name), errors)
 
 
-def _validate_string(value: str, node: SchemaNode, path: str, errors: list[FieldError]) -> None:
-    # (the field and its printed name are built only for an error)
-    if node.max_length is not None and len(value) > node.max_length:
+def _validate_string(
+    value: str, node: SchemaNode, path: str, errors: list[FieldError], name: str | None = None
+) -> None:
+    """The string keywords' errors of ``value`` at ``path`` (joined with ``name`` if given).
+
+    The field path and its printed name are built only when there is an error.
+    """
+    too_long = node.max_length is not None and len(value) > node.max_length
+    too_short = node.min_length is not None and len(value) < node.min_length
+    unmatched = node.pattern_re is not None and not _matches_pattern(value, node)
+    malformed = node.format is not None and not _has_format(value, node)
+    if not (too_long or too_short or unmatched or malformed):
+        return
+    if name is not None:
+        path = join(path, name)
+    if too_long and node.max_length is not None:
         errors.append(fe.too_long(field_of(path), node.max_length))
-    if node.min_length is not None and len(value) < node.min_length:
+    if too_short:
         errors.append(
             fe.invalid(
                 field_of(path),
@@ -291,13 +294,13 @@ def _validate_string(value: str, node: SchemaNode, path: str, errors: list[Field
                 f"{path or '.'} in body should be at least {node.min_length} chars long",
             )
         )
-    if node.pattern_re is not None and not _matches_pattern(value, node):
+    if unmatched:
         errors.append(
             fe.invalid(
                 field_of(path), value, f"{path or '.'} in body should match '{node.pattern}'"
             )
         )
-    if node.format is not None and not _has_format(value, node):
+    if malformed:
         detail = f"{path or '.'} in body must be of type {node.format}: {fe.go_quote(value)}"
         errors.append(fe.type_invalid(field_of(path), value, detail))
 
