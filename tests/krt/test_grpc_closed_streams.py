@@ -56,12 +56,14 @@ async def test_client_and_server_forget_old_closed_streams(
     monkeypatch.setattr(closed_streams, "CLOSED_STREAM_MEMORY", 8)
     server_connections: list[Any] = []
 
-    def recording(h2_connection: Any, **kwargs: Any) -> None:
+    handle = closed_streams.handle_closed_streams
+
+    def recording(h2_connection: Any) -> None:
         server_connections.append(h2_connection)
-        limit_closed_stream_memory(h2_connection, **kwargs)
+        handle(h2_connection)
 
     # the unary connection loop (every executor.v1 service) looks the function up at call time
-    monkeypatch.setattr(closed_streams, "limit_closed_stream_memory", recording)
+    monkeypatch.setattr(closed_streams, "handle_closed_streams", recording)
     handler = CallHandler({SERVICE: Echo().service})
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(anyio.abc.SocketAttribute.local_port)

@@ -45,7 +45,7 @@ from purerpc.grpclib.events import (
 from purerpc.grpclib.exceptions import ProtocolError
 from purerpc.grpclib.exceptions import StreamClosedError as PurerpcStreamClosedError
 
-from krt.grpc.closed_streams import limit_closed_stream_memory, tolerate_late_window_updates
+from krt.grpc.closed_streams import handle_closed_streams
 from krt.grpc.direct_reads import receive_when_ready
 from krt.grpc.direct_writes import plain_socket_fd, write_now
 from krt.grpc.event_translation import LeanGrpcConnection
@@ -184,8 +184,7 @@ class GrpcConnection:
         self._h2.h2_connection.encoder = LiteralHpackEncoder()
         install_decoder(self._h2.h2_connection)
         _trust_responses(self._h2.h2_connection)
-        limit_closed_stream_memory(self._h2.h2_connection)
-        tolerate_late_window_updates(self._h2.h2_connection)
+        handle_closed_streams(self._h2.h2_connection)
         self._calls: dict[int, _Call] = {}
         self._request_headers: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._wake = trio.Event()

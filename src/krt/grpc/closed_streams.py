@@ -25,7 +25,12 @@ from h2.connection import WindowUpdateFrame  # hyperframe's class, as h2 dispatc
 from h2.exceptions import StreamClosedError
 from h2.utilities import SizeLimitDict
 
-__all__ = ["CLOSED_STREAM_MEMORY", "limit_closed_stream_memory", "tolerate_late_window_updates"]
+__all__ = [
+    "CLOSED_STREAM_MEMORY",
+    "handle_closed_streams",
+    "limit_closed_stream_memory",
+    "tolerate_late_window_updates",
+]
 
 #: Closed streams whose ending an HTTP/2 connection remembers (h2's default: 65,536).
 CLOSED_STREAM_MEMORY: Final = 4096
@@ -97,3 +102,17 @@ def tolerate_late_window_updates(h2_connection: Any) -> None:
         return result
 
     table[WindowUpdateFrame] = receive_window_update
+
+
+def handle_closed_streams(h2_connection: Any) -> None:
+    """Both rules of this module for a new connection: bounded memory, late updates ignored.
+
+    Every connection we make or accept calls this right after purerpc creates its
+    :class:`h2.connection.H2Connection`.
+
+    Raises:
+        TypeError: as :func:`limit_closed_stream_memory` and
+            :func:`tolerate_late_window_updates`.
+    """
+    limit_closed_stream_memory(h2_connection)
+    tolerate_late_window_updates(h2_connection)

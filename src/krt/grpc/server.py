@@ -69,7 +69,7 @@ from purerpc.wrappers import (
     extract_message_from_singleton_stream,
 )
 
-from krt.grpc.closed_streams import limit_closed_stream_memory, tolerate_late_window_updates
+from krt.grpc.closed_streams import handle_closed_streams
 from krt.grpc.status_messages import (
     MAX_STATUS_MESSAGE_BYTES,
     bounded,
@@ -96,8 +96,7 @@ class _ResetAwareConnection(GRPCConnection):  # type: ignore[misc]
 
     def __init__(self, config: GRPCConfiguration, on_reset: Callable[[int], None]) -> None:
         super().__init__(config)
-        limit_closed_stream_memory(self.h2_connection)
-        tolerate_late_window_updates(self.h2_connection)
+        handle_closed_streams(self.h2_connection)
         self._on_reset = on_reset
 
     def _stream_reset(self, event: h2.events.StreamReset) -> list[Any]:

@@ -217,8 +217,7 @@ class UnaryConnection:
         self._sock = sock
         self._services = services
         self._h2 = _ServerConnection(config)
-        closed_streams.limit_closed_stream_memory(self._h2.h2_connection)
-        closed_streams.tolerate_late_window_updates(self._h2.h2_connection)
+        closed_streams.handle_closed_streams(self._h2.h2_connection)
         # every header this side sends is built by purerpc (fixed lowercase names, a
         # percent-encoded status message): h2's per-call outbound checks only re-check it.
         # Requests are still validated (they come from any client), by _ServerConnection.
