@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import ssl
 from functools import partial
 
 import click
@@ -34,6 +33,7 @@ from gateway.targets import (
     StaticResolver,
     parse_target_override,
 )
+from gateway.tls_reload import TLSFilesError, upstream_tls
 from krt import logs
 from krt.api.naming import RUNTIMED_GRPC_PORT
 from krt.gc_tuning import freeze_startup_heap
@@ -60,20 +60,6 @@ def build_resolver(hosts_file: str | None, targets: tuple[str, ...], port: int) 
             raise click.BadParameter(str(exc), param_hint="--target") from None
         overrides[name] = target
     return StaticResolver(overrides, base)
-
-
-def upstream_context(
-    ca_file: str | None, cert_file: str | None, key_file: str | None
-) -> ssl.SSLContext | None:
-    """TLS client context for runtimed, or ``None`` for plaintext gRPC."""
-    if ca_file is None and cert_file is None:
-        return None
-    if (cert_file is None) != (key_file is None):
-        raise click.UsageError("--upstream-cert-file and --upstream-key-file go together")
-    context = ssl.create_default_context(cafile=ca_file)
-    if cert_file is not None and key_file is not None:
-        context.load_cert_chain(cert_file, key_file)
-    return context
 
 
 async def run(config: GatewayConfig) -> None:
@@ -208,9 +194,9 @@ def main(
             deadline_grace_seconds=deadline_grace,
             retry_after_seconds=retry_after,
             connect_timeout_seconds=connect_timeout,
-            upstream_ssl=upstream_context(upstream_ca_file, upstream_cert_file, upstream_key_file),
+            upstream=upstream_tls(upstream_ca_file, upstream_cert_file, upstream_key_file),
         )
-    except ConfigError as exc:
+    except (ConfigError, TLSFilesError) as exc:
         raise click.UsageError(str(exc)) from None
     log.info("starting", extra={"bind": bind, "metrics": metrics_addr, "pid": os.getpid()})
     freeze_startup_heap()

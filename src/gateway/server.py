@@ -6,6 +6,8 @@
       open_channel_pool        gRPC connections to Runtime Services (outermost: closed last)
       hypercorn (plain HTTP)   /metrics and /healthz on --metrics-addr
       hypercorn (HTTPS)        the invoke app on --bind, TLS from --tls-cert-file/--tls-key-file
+      watch_listener_tls       reloads that certificate when its files change (rotation)
+      watch_upstream_tls       reloads the --upstream-* client material the same way
 
 Plaintext is refused (seed 000, Authentication and Authorization: "Plaintext HTTP is not
 supported because every client request carries a Kubernetes bearer token"):
@@ -25,7 +27,7 @@ import os
 import ssl
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -39,6 +41,13 @@ from gateway.metrics import GatewayMetrics
 from gateway.pool import DEFAULT_CONNECT_TIMEOUT_SECONDS, open_channel_pool
 from gateway.response_writes import install as install_response_writes
 from gateway.targets import DnsResolver, Resolver
+from gateway.tls_reload import (
+    RELOAD_PERIOD_SECONDS,
+    ListenerTLSConfig,
+    UpstreamTLS,
+    watch_listener_tls,
+    watch_upstream_tls,
+)
 from krt.api import limits
 from krt.metrics_server import metrics_app
 
@@ -74,8 +83,11 @@ class GatewayConfig:
         deadline_grace_seconds: added to the timeout for the gRPC deadline (seconds).
         retry_after_seconds: default ``Retry-After`` of a 503 (seconds).
         connect_timeout_seconds: one connection attempt to a Runtime Service (seconds).
-        upstream_ssl: TLS client context for runtimed, or ``None`` for plaintext h2c.
+        upstream: TLS client context for runtimed and its files (watched for rotation), or
+            ``None`` for plaintext h2c.
         keep_alive_seconds: idle keep-alive of client connections (seconds).
+        tls_reload_seconds: how often the certificate and key files are checked for a
+            rotation (seconds; :mod:`gateway.tls_reload`).
 
     Raises:
         ConfigError: a TLS file is missing or unreadable, or a number is out of range.
@@ -91,8 +103,9 @@ class GatewayConfig:
     deadline_grace_seconds: float = DEFAULT_GRACE_SECONDS
     retry_after_seconds: int = DEFAULT_RETRY_AFTER_SECONDS
     connect_timeout_seconds: float = DEFAULT_CONNECT_TIMEOUT_SECONDS
-    upstream_ssl: ssl.SSLContext | None = None
+    upstream: UpstreamTLS | None = None
     keep_alive_seconds: float = DEFAULT_KEEP_ALIVE_SECONDS
+    tls_reload_seconds: float = RELOAD_PERIOD_SECONDS
 
     def __post_init__(self) -> None:
         for option, path in (
@@ -122,6 +135,7 @@ class GatewayConfig:
             ("--deadline-grace", self.deadline_grace_seconds),
             ("--connect-timeout", self.connect_timeout_seconds),
             ("--keep-alive", self.keep_alive_seconds),
+            ("tls_reload_seconds", self.tls_reload_seconds),
         ):
             if value < 0 or (option != "--deadline-grace" and value == 0):
                 raise ConfigError(f"{option} must be positive, got {value}")
@@ -139,8 +153,11 @@ class GatewayAddresses:
     metrics: str | None
 
 
-def _hypercorn_config(bind: str, *, keep_alive: float) -> HypercornConfig:
-    config = HypercornConfig()
+_Config = TypeVar("_Config", bound=HypercornConfig)
+
+
+def _hypercorn_config(bind: str, *, keep_alive: float, config_type: type[_Config]) -> _Config:
+    config = config_type()
     config.bind = [bind]
     config.accesslog = None
     config.keep_alive_timeout = keep_alive
@@ -177,7 +194,7 @@ async def serve_gateway(
         log.warning("hypercorn is not 0.17.x: each request restarts a keep-alive timer task")
     async with open_channel_pool(
         config.resolver,
-        ssl_context=config.upstream_ssl,
+        ssl_context=config.upstream.context if config.upstream is not None else None,
         connect_timeout_seconds=config.connect_timeout_seconds,
         on_connect=lambda result: metrics.connects.labels(result=result).inc(),
     ) as pool:
@@ -193,7 +210,9 @@ async def serve_gateway(
             default_timeout_seconds=config.default_timeout_seconds,
             max_timeout_seconds=config.max_timeout_seconds,
         )
-        https = _hypercorn_config(config.bind, keep_alive=config.keep_alive_seconds)
+        https = _hypercorn_config(
+            config.bind, keep_alive=config.keep_alive_seconds, config_type=ListenerTLSConfig
+        )
         https.certfile = config.tls_cert_file
         https.keyfile = config.tls_key_file
         https.alpn_protocols = ["http/1.1"]  # not h2: see the module docstring
@@ -205,7 +224,9 @@ async def serve_gateway(
         async with trio.open_nursery() as nursery:
             metrics_url = None
             if config.metrics_bind is not None:
-                plain = _hypercorn_config(config.metrics_bind, keep_alive=5.0)
+                plain = _hypercorn_config(
+                    config.metrics_bind, keep_alive=5.0, config_type=HypercornConfig
+                )
                 binds = await nursery.start(
                     partial(hypercorn_serve, plain_app, plain, shutdown_trigger=trigger)
                 )
@@ -213,6 +234,19 @@ async def serve_gateway(
             binds = await nursery.start(
                 partial(hypercorn_serve, invoke_app, https, shutdown_trigger=trigger)
             )
+            nursery.start_soon(
+                partial(
+                    watch_listener_tls,
+                    https,
+                    config.tls_cert_file,
+                    config.tls_key_file,
+                    period=config.tls_reload_seconds,
+                )
+            )
+            if config.upstream is not None and config.upstream.files:
+                nursery.start_soon(
+                    partial(watch_upstream_tls, config.upstream, period=config.tls_reload_seconds)
+                )
             addresses = GatewayAddresses(https=binds[0], metrics=metrics_url)
             log.info("gateway serving", extra={"https": addresses.https, "metrics": metrics_url})
             task_status.started(addresses)

@@ -13,6 +13,7 @@ import trio.testing
 from conftest import NAMESPACE, RUNTIME, TOKEN, UID, StackFactory, TLSFiles
 from gwfakes import delay_then, error_body, fail_with, respond
 
+from gateway.tls_reload import UpstreamTLS
 from krt.proto.executor.v1 import runtime_pb2 as pb
 
 
@@ -306,7 +307,9 @@ async def test_tls_to_runtimed_with_a_client_certificate(
     async with trio.open_nursery() as nursery:
         port = await nursery.start(functools.partial(serve_fake, fake, ssl_context=server_context))
         resolver = StaticResolver({service_dns_name(NAMESPACE, RUNTIME): Target("127.0.0.1", port)})
-        async with gateway_stack(resolver=resolver, upstream_ssl=client_context) as stack:
+        async with gateway_stack(
+            resolver=resolver, upstream=UpstreamTLS(client_context, None, None, None)
+        ) as stack:
             response = await stack.invoke()
             assert response.status_code == 200
             assert len(fake.received) == 1

@@ -38,15 +38,16 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 import ssl
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import anyio.abc
-import trio
 from anyio.streams.tls import TLSAttribute
+
+from krt.file_watch import watch_files
 
 __all__ = [
     "PEER_TLS_FILES",
@@ -216,51 +217,30 @@ def reload_peer_tls(tls: PeerTLS, directory: Path) -> None:
             raise PeerTLSError(f"--peer-tls-dir: the files changed while loading: {exc}") from exc
 
 
-def _signature(directory: Path) -> tuple[tuple[int, int, int], ...] | None:
-    """(inode, size, mtime in ns) of each file, following the Secret volume's symlinks."""
-    try:
-        stats = [os.stat(Path(directory) / name) for name in PEER_TLS_FILES]
-    except OSError:
-        return None
-    return tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
-
-
 async def watch_peer_tls(
     tls: PeerTLS, directory: Path, *, period: float = RELOAD_PERIOD_SECONDS
 ) -> None:
     """Reload ``tls`` from ``directory`` whenever its files change; never returns.
 
     Loads the files once at start (what the caller loaded may have changed since), then
-    looks every ``period`` seconds. A change whose material cannot be loaded (or files
-    that are gone) is logged once and retried at the next look; the contexts keep the last
-    good material meanwhile (see the module docstring).
+    looks every ``period`` seconds (:func:`krt.file_watch.watch_files`). A change whose
+    material cannot be loaded (or files that are gone) is logged once and retried at the
+    next look; the contexts keep the last good material meanwhile (see the module
+    docstring).
 
     Args:
         tls: the contexts in use.
         directory: the mounted Secret's directory (``--peer-tls-dir``).
         period: seconds between looks.
     """
-    loaded: tuple[tuple[int, int, int], ...] | None = None
-    reported = loaded
-    started = False
-    while True:
-        # taken before loading: files that change while loading are loaded again next look
-        now = _signature(directory)
-        if now != loaded:
-            try:
-                if now is None:
-                    raise PeerTLSError(f"--peer-tls-dir {str(directory)!r}: a file is missing")
-                reload_peer_tls(tls, directory)
-            except PeerTLSError as exc:
-                if now != reported:
-                    log.warning("peer TLS files changed but are not usable, kept the last: %s", exc)
-                    reported = now
-            else:
-                if started:
-                    log.info("peer TLS material reloaded from %s", directory)
-                loaded = reported = now
-        started = True
-        await trio.sleep(period)
+    await watch_files(
+        [Path(directory) / name for name in PEER_TLS_FILES],
+        partial(reload_peer_tls, tls, directory),
+        period=period,
+        errors=(PeerTLSError,),
+        what=f"peer TLS material (--peer-tls-dir {str(directory)!r})",
+        logger=log,
+    )
 
 
 def connection_has_verified_peer(stream: anyio.abc.ByteStream) -> bool:
