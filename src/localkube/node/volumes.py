@@ -2,9 +2,9 @@
 
 Supported volume types: ``emptyDir`` (a directory, kept across container restarts, removed
 with the Pod), ``secret`` and ``configMap`` (files per key, or per ``items`` entry with
-``path``; ``defaultMode``/``mode`` honoured; ``optional`` honoured; projected again by the
-Pod worker when the object changes, each file replaced atomically and files of keys that
-are gone removed) and the *workspace*: a
+``path``; ``defaultMode``/``mode`` honoured; ``optional`` honoured, a missing optional
+object projected as empty; projected again by the Pod worker when the object changes, each
+file replaced atomically and files of keys that are gone removed) and the *workspace*: a
 volume named ``workspace`` of any emptyDir kind is the Pod's shared workspace directory
 (``<pod-root>/workspace``, also every container's cwd and HOME). Other volume types are
 rejected with :class:`VolumeError` naming the volume, and the container reports
@@ -75,15 +75,17 @@ def _project(
     ref = volume[kind]
     default_mode = int(ref.get("defaultMode", 0o644))
     if source is None:
-        if ref.get("optional"):
-            target.mkdir(parents=True, exist_ok=True)
-            return
-        obj_name = ref.get("secretName") if kind == "secret" else ref.get("name")
-        raise VolumeError(f'volume "{name}": {kind.lower()} "{obj_name}" not found')
+        if not ref.get("optional"):
+            obj_name = ref.get("secretName") if kind == "secret" else ref.get("name")
+            raise VolumeError(f'volume "{name}": {kind.lower()} "{obj_name}" not found')
+        # the kubelet projects a missing optional object as empty: an optional Secret
+        # deleted while the Pod runs takes its files with it
+        source = {}
     keys = _key_bytes(source, kind)
     target.mkdir(parents=True, exist_ok=True)
     items = ref.get("items")
     if items:
+        wanted = set()
         for item in items:
             if item["key"] not in keys:
                 if ref.get("optional"):
@@ -93,7 +95,7 @@ def _project(
             if rel.startswith("/") or ".." in rel.split("/"):
                 raise VolumeError(f'volume "{name}": item path "{rel}" must be relative')
             _write_file(target / rel, keys[item["key"]], int(item.get("mode", default_mode)))
-        wanted = {item.get("path", item["key"]).split("/")[0] for item in items}
+            wanted.add(rel.split("/")[0])
     else:
         for k, data in keys.items():
             _write_file(target / k, data, default_mode)

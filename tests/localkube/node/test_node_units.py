@@ -648,3 +648,42 @@ def test_init_containers_gate_initialized_and_phase() -> None:
         now=2.0,
     )
     assert st["phase"] == "Pending"  # it will be retried
+
+
+def test_an_optional_object_that_goes_away_takes_its_files(tmp_path: Path) -> None:
+    paths = PodPaths(tmp_path / "pod")
+    pod = {
+        "spec": {
+            "volumes": [
+                {"name": "s", "secret": {"secretName": "tls", "optional": True}},
+                {
+                    "name": "c",
+                    "configMap": {
+                        "name": "cm",
+                        "optional": True,
+                        "items": [{"key": "a", "path": "x"}, {"key": "b", "path": "y"}],
+                    },
+                },
+            ]
+        }
+    }
+    prepare_volumes(
+        paths,
+        pod,
+        secrets={"tls": {"data": {"crt": base64.b64encode(b"one").decode()}}},
+        configmaps={"cm": {"data": {"a": "1", "b": "2"}}},
+    )
+    assert (paths.volume("s") / "crt").read_bytes() == b"one"
+    assert sorted(p.name for p in paths.volume("c").iterdir()) == ["x", "y"]
+    # an optional item key that is gone takes its file with it
+    prepare_volumes(
+        paths,
+        pod,
+        secrets={"tls": {"data": {"crt": base64.b64encode(b"one").decode()}}},
+        configmaps={"cm": {"data": {"a": "1"}}},
+    )
+    assert sorted(p.name for p in paths.volume("c").iterdir()) == ["x"]
+    # both objects deleted: the volumes stay, empty (as the kubelet projects them)
+    prepare_volumes(paths, pod, secrets={}, configmaps={})
+    assert list(paths.volume("s").iterdir()) == []
+    assert list(paths.volume("c").iterdir()) == []
