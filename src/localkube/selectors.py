@@ -242,11 +242,72 @@ class FieldSelector:
         return None
 
 
+def _split_unescaped_commas(text: str) -> list[str]:
+    """``text`` split at the commas that no backslash escapes (escapes kept for later)."""
+    parts, start, escaped = [], 0, False
+    for index, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ",":
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _first_unescaped_operator(term: str) -> tuple[int, str | None]:
+    """Index and text of the first ``!=``, ``==`` or ``=`` not escaped by a backslash."""
+    escaped = False
+    for index, char in enumerate(term):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif term.startswith("!=", index):
+            return index, "!="
+        elif term.startswith("==", index):
+            return index, "=="
+        elif char == "=":
+            return index, "="
+    return -1, None
+
+
+def _unescape_field_value(value: str) -> str:
+    """A field selector value with ``\\\\``, ``\\,`` and ``\\=`` unescaped (as Kubernetes does).
+
+    Raises:
+        SelectorError: another character follows a backslash, or a ``,``/``=`` is not
+            escaped (Kubernetes' ``fields.UnescapeValue`` errors).
+    """
+    if "\\" not in value and "=" not in value:
+        return value
+    out: list[str] = []
+    escaped = False
+    for char in value:
+        if escaped:
+            if char not in "\\,=":
+                raise SelectorError(f"invalid escape sequence: \\{char}")
+            out.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in ",=":
+            raise SelectorError(f"invalid field selector: unescaped character in value: {char!r}")
+        else:
+            out.append(char)
+    if escaped:
+        raise SelectorError("invalid escape sequence: \\ at the end of the value")
+    return "".join(out)
+
+
 def parse_field_selector(text: str | None, supported: frozenset[str]) -> FieldSelector:
     """Parse a ``fieldSelector`` query string.
 
     Args:
         text: e.g. ``metadata.name=web,status.phase!=Running``; None or empty selects all.
+            A value may hold ``\\\\``, ``\\,`` and ``\\=`` (Kubernetes' escapes).
         supported: the field paths this resource supports (``metadata.name`` and
             ``metadata.namespace`` always; per-kind extras such as ``spec.nodeName``).
 
@@ -259,13 +320,14 @@ def parse_field_selector(text: str | None, supported: frozenset[str]) -> FieldSe
     if not text or not text.strip():
         return FieldSelector()
     requirements: list[FieldRequirement] = []
-    for part in text.split(","):
+    for part in _split_unescaped_commas(text):
         item = part.strip()
-        op = next((o for o in ("!=", "==", "=") if o in item), None)
+        if not item:
+            continue
+        at, op = _first_unescaped_operator(item)
         if op is None:
             raise SelectorError(f"invalid selector: {text!r}; can't understand {item!r}")
-        field, _, value = item.partition(op)
-        field, value = field.strip(), value.strip()
+        field, value = item[:at].strip(), _unescape_field_value(item[at + len(op) :].strip())
         negate = op == "!="
         if field not in supported:
             raise SelectorError(f"field label not supported: {field}")

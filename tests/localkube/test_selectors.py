@@ -120,3 +120,41 @@ def test_a_conjunction_fails_on_any_unmet_requirement() -> None:
     assert not parse_field_selector("spec.nodeName=n2,status.phase=Running", FIELDS).matches(POD)
     assert not parse_label_selector("app=web,tier=back").matches(LABELS)
     assert parse_label_selector("").matches(None)
+
+
+@pytest.mark.parametrize(
+    ("selector", "value"),
+    [
+        (r"metadata.name=a\,b", "a,b"),
+        (r"metadata.name=a\=b", "a=b"),
+        (r"metadata.name=a\\b", "a\\b"),
+        (r"metadata.name=a\\", "a\\"),
+    ],
+)
+def test_field_selector_values_unescape_as_kubernetes_does(selector: str, value: str) -> None:
+    (requirement,) = parse_field_selector(selector, FIELDS).requirements
+    assert requirement.value == value
+    assert parse_field_selector(selector, FIELDS).matches({"metadata": {"name": value}})
+
+
+def test_an_escaped_comma_does_not_split_requirements() -> None:
+    selector = parse_field_selector(r"metadata.name=a\,b,status.phase=Running", FIELDS)
+    assert [(r.field, r.value) for r in selector.requirements] == [
+        ("metadata.name", "a,b"),
+        ("status.phase", "Running"),
+    ]
+    # empty terms are skipped, as Kubernetes' parser does
+    assert len(parse_field_selector("status.phase=Running,", FIELDS).requirements) == 1
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        (r"metadata.name=a\b", r"invalid escape sequence: \\b"),
+        ("metadata.name=a=b", "unescaped character in value: '='"),
+        ("metadata.name=a\\", "invalid escape sequence"),
+    ],
+)
+def test_field_selector_bad_escapes_are_refused(selector: str, message: str) -> None:
+    with pytest.raises(SelectorError, match=message):
+        parse_field_selector(selector, FIELDS)
