@@ -164,24 +164,61 @@ def parse_label_selector(text: str | None) -> LabelSelector:
 def label_selector_from_dict(selector: Mapping[str, Any] | None) -> LabelSelector:
     """Build a selector from a ``metav1.LabelSelector`` object (matchLabels/matchExpressions).
 
+    The one structured-selector reader of localkube: Deployment and Service selectors,
+    ClusterRole aggregation. An empty selector matches everything (Kubernetes
+    ``LabelSelectorAsSelector``).
+
+    Args:
+        selector: ``{"matchLabels": {k: v}, "matchExpressions": [{key, operator, values}]}``;
+            operators ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``; None or empty.
+
     Raises:
-        SelectorError: an unknown operator or a malformed expression.
+        SelectorError: a malformed selector (wrong types, an unknown operator, ``values``
+            empty for ``In``/``NotIn`` or not empty for ``Exists``/``DoesNotExist``); the
+            message names the offending part.
     """
     if not selector:
         return LabelSelector()
+    match_labels = selector.get("matchLabels") or {}
+    if not isinstance(match_labels, Mapping):
+        raise SelectorError("matchLabels must be an object of string values")
     requirements = [
-        LabelRequirement(str(k), "=", frozenset({str(v)}))
-        for k, v in (selector.get("matchLabels") or {}).items()
+        LabelRequirement(str(k), "=", frozenset({str(v)})) for k, v in match_labels.items()
     ]
-    operators = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
-    for expr in selector.get("matchExpressions") or []:
-        op = operators.get(expr.get("operator", ""))
+    expressions = selector.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise SelectorError("matchExpressions must be a list")
+    for index, expression in enumerate(expressions):
+        if not isinstance(expression, Mapping):
+            raise SelectorError(f"matchExpressions[{index}] must be an object")
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        if not isinstance(key, str) or not isinstance(values, list):
+            raise SelectorError(f"matchExpressions[{index}]: key must be a string, values a list")
+        op = _STRUCTURED_OPERATORS.get(operator) if isinstance(operator, str) else None
         if op is None:
-            raise SelectorError(f"{expr.get('operator')!r} is not a valid label selector operator")
-        requirements.append(
-            LabelRequirement(str(expr["key"]), op, frozenset(expr.get("values") or ()))
-        )
+            raise SelectorError(
+                f"matchExpressions[{index}].operator: {operator!r} is not a valid label "
+                "selector operator (In, NotIn, Exists, DoesNotExist)"
+            )
+        if op in ("in", "notin") and not values:
+            raise SelectorError(
+                f"matchExpressions[{index}].values: must be non-empty for operator {operator}"
+            )
+        if op in ("exists", "!") and values:
+            raise SelectorError(
+                f"matchExpressions[{index}].values: must be empty for operator {operator}"
+            )
+        requirements.append(LabelRequirement(key, op, frozenset(str(v) for v in values)))
     return LabelSelector(tuple(requirements))
+
+
+_STRUCTURED_OPERATORS: dict[str, str] = {
+    "In": "in",
+    "NotIn": "notin",
+    "Exists": "exists",
+    "DoesNotExist": "!",
+}
 
 
 FieldGetter = Callable[[Mapping[str, Any]], str | None]

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from localkube.selectors import SelectorError, label_selector_from_dict
 
-class SelectorError(ValueError):
-    """A ``clusterRoleSelectors`` entry is not a valid LabelSelector."""
+__all__ = ["SelectorError", "aggregated_rules", "effective_rules"]
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -30,56 +30,6 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
         return {}
     labels = metadata.get("labels")
     return labels if isinstance(labels, Mapping) else {}
-
-
-def label_selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """Return whether a structured ``metav1.LabelSelector`` matches ``labels``.
-
-    Args:
-        selector: ``{"matchLabels": {k: v}, "matchExpressions": [{key, operator, values}]}``;
-            operators ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``. An empty selector
-            matches every object (Kubernetes ``LabelSelectorAsSelector``).
-        labels: the object's ``metadata.labels``.
-
-    Raises:
-        SelectorError: a malformed selector (unknown operator, ``values`` missing for
-            ``In``/``NotIn`` or present for ``Exists``/``DoesNotExist``, wrong types).
-    """
-    match_labels = selector.get("matchLabels") or {}
-    if not isinstance(match_labels, Mapping):
-        raise SelectorError("matchLabels must be an object of string values")
-    for key, value in match_labels.items():
-        if labels.get(key) != value:
-            return False
-    expressions = selector.get("matchExpressions") or []
-    if not isinstance(expressions, list):
-        raise SelectorError("matchExpressions must be a list")
-    for index, expression in enumerate(expressions):
-        if not isinstance(expression, Mapping):
-            raise SelectorError(f"matchExpressions[{index}] must be an object")
-        key = expression.get("key")
-        operator = expression.get("operator")
-        values = expression.get("values") or []
-        if not isinstance(key, str) or not isinstance(values, list):
-            raise SelectorError(f"matchExpressions[{index}]: key must be a string, values a list")
-        if operator in ("In", "NotIn"):
-            if not values:
-                raise SelectorError(
-                    f"matchExpressions[{index}].values: must be non-empty for operator {operator}"
-                )
-            present = key in labels and labels[key] in values
-            if present != (operator == "In"):
-                return False
-        elif operator in ("Exists", "DoesNotExist"):
-            if values:
-                raise SelectorError(
-                    f"matchExpressions[{index}].values: must be empty for operator {operator}"
-                )
-            if (key in labels) != (operator == "Exists"):
-                return False
-        else:
-            raise SelectorError(f"matchExpressions[{index}].operator: {operator!r} is not valid")
-    return True
 
 
 def _selectors(role: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
@@ -138,7 +88,7 @@ def effective_rules(
             continue
         other = cluster_roles[other_name]
         labels = _labels(other)
-        if not any(label_selector_matches(sel, labels) for sel in selectors):
+        if not any(label_selector_from_dict(sel).matches(labels) for sel in selectors):
             continue
         for rule in effective_rules(other, cluster_roles, _visiting=visiting):
             if rule not in union:

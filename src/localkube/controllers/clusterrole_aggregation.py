@@ -26,9 +26,9 @@ from typing import Any
 
 import trio
 
-from localkube.auth.aggregation import SelectorError, label_selector_matches
 from localkube.controllers.informer import Informer, KeyedQueue
 from localkube.controllers.kubeapi import Kube, object_path
+from localkube.selectors import SelectorError, label_selector_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,9 @@ def aggregated_rules(
     for index, selector in enumerate(selectors):
         if not isinstance(selector, Mapping):
             raise SelectorError(f"aggregationRule.clusterRoleSelectors[{index}] must be an object")
+        matcher = label_selector_from_dict(selector)
         for other in others:
-            if not label_selector_matches(selector, _labels(other)):
+            if not matcher.matches(_labels(other)):
                 continue
             for rule in _rules(other):
                 if rule not in union:

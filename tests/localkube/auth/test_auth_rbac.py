@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localkube.auth.aggregation import SelectorError, aggregated_rules, label_selector_matches
+from localkube.auth.aggregation import SelectorError, aggregated_rules
 from localkube.auth.rbac import (
     StaticRbac,
     authorize,
@@ -18,6 +18,7 @@ from localkube.auth.rbac import (
     rules_for,
 )
 from localkube.auth.types import RequestAttributes, UserInfo
+from localkube.selectors import label_selector_from_dict
 
 ALICE = UserInfo("alice", ("devs", "system:authenticated"))
 SA = UserInfo(
@@ -411,7 +412,7 @@ def test_aggregation_ignores_own_rules_and_survives_cycles() -> None:
     ],
 )
 def test_label_selector(selector: dict[str, Any], labels: dict[str, str], matches: bool) -> None:
-    assert label_selector_matches(selector, labels) is matches
+    assert label_selector_from_dict(selector).matches(labels) is matches
 
 
 @pytest.mark.parametrize(
@@ -425,7 +426,7 @@ def test_label_selector(selector: dict[str, Any], labels: dict[str, str], matche
 )
 def test_label_selector_errors(selector: dict[str, Any]) -> None:
     with pytest.raises(SelectorError):
-        label_selector_matches(selector, {"a": "1"})
+        label_selector_from_dict(selector).matches({"a": "1"})
 
 
 def test_malformed_aggregation_is_reported_not_raised() -> None:
