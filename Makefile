@@ -5,10 +5,18 @@ PYTHON ?= $(shell sh scripts/pick_python.sh)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# a .venv made from another interpreter than $(PYTHON) is made again (pyvenv.cfg names it)
+VENV_PYTHON := $(realpath $(shell sed -n 's/^executable = //p' $(VENV)/pyvenv.cfg 2>/dev/null))
+WANT_PYTHON := $(shell $(PYTHON) -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null)
+REBUILD_VENV := $(and $(VENV_PYTHON),$(WANT_PYTHON),$(filter-out $(WANT_PYTHON),$(VENV_PYTHON)))
 
-.PHONY: quickstart dev-manifests demo test lint typecheck check protos crds bench bench-quick clean images docs e2e chaos soak
+.PHONY: FORCE quickstart dev-manifests demo test lint typecheck check protos crds bench bench-quick clean images docs e2e chaos soak
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(if $(REBUILD_VENV),FORCE)
+	@if [ -n "$(REBUILD_VENV)" ]; then \
+		echo "$(VENV) was made from $(VENV_PYTHON), not $(WANT_PYTHON): making it again"; \
+		rm -rf $(VENV); \
+	fi
 	@echo "virtualenv $(VENV) from $(PYTHON) ($$($(PYTHON) -V 2>&1))"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -65,3 +73,5 @@ soak: $(STAMP)  ## 10 minutes at 80% of peak invoke throughput, a fault a minute
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+FORCE:
