@@ -24,8 +24,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
-from kr8s.asyncio import Api
 
+from krt.kube.kr8s_auth import private_api
 from localkube.apiserver import ApiServerConfig, ApiServerHandle, serve_apiserver
 from localkube.controllers import serve_controllers
 from localkube.controllers.kubeapi import Kube
@@ -115,7 +115,8 @@ async def _serve_services(
                 serve_apiserver,
                 ApiServerConfig(state_dir=state_dir, host=config.host, port=config.port),
             )
-            kube = Kube(await Api(kubeconfig=str(api.kubeconfig_path), bypass_factory=True))
+            # (kr8s's own loader leaves the kubeconfig's CA in a temp file per start)
+            kube = Kube(await private_api(kubeconfig=str(api.kubeconfig_path)))
             hosts_file = state_dir / "hosts"
             await nursery.start(serve_hosts_file, kube, hosts_file)
             await nursery.start(serve_controllers, kube)

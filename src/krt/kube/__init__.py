@@ -4,6 +4,9 @@ What is here (import from the modules; this package re-exports nothing):
 
 * :mod:`~krt.kube.client`: :func:`~krt.kube.client.connect` and :class:`~krt.kube.client.Kube`,
   typed REST verbs over plain dicts (kr8s supplies config, auth and TLS).
+* :mod:`~krt.kube.kr8s_auth`, :mod:`~krt.kube.tls_material`: kr8s's authentication with
+  inline kubeconfig credentials kept in memory (kr8s's credential temporary files are
+  deleted as soon as written) and the TLS context built from them.
 * :mod:`~krt.kube.http11`: the keep-alive HTTP/1.1 pool the client sends over (usual
   responses read by :mod:`~krt.kube.http11_response`, others by h11; TLS by
   :mod:`krt.tls_stream`).

@@ -22,7 +22,9 @@ lean TLS stream (:mod:`krt.tls_stream`; see :mod:`krt.kube.http11` for the figur
 pool is built from kr8s's own settings (server URL, ``ssl.SSLContext``, TLS server name),
 credentials are read from kr8s (``auth.token``) and reloaded through kr8s
 (``auth.reauthenticate()``) on a 401. kr8s's session stays available (:attr:`Kube.api`) for
-callers that use kr8s directly.
+callers that use kr8s directly. kr8s's authentication is
+:class:`~krt.kube.kr8s_auth.ScrubbingKubeAuth`: inline kubeconfig credentials stay in
+memory, and no credential file kr8s writes outlives the load that wrote it.
 
 Errors: every non-2xx answer raises the :mod:`krt.kube.errors` class for its Status;
 transport failures raise :class:`~krt.kube.errors.ConnectionFailed`. No method takes a
@@ -53,6 +55,7 @@ from krt.kube.errors import ConnectionFailed, KubeError, error_from_status
 from krt.kube.http11 import Http11Pool, Origin, TransportError, check_header, parse_origin
 from krt.kube.http11_errors import describe_failure
 from krt.kube.interface import KubeClient, Obj, PatchType
+from krt.kube.kr8s_auth import scrubbing_auth_for, uses_client_certificate
 from krt.kube.kubeconfig_files import kubeconfig_problem, loader_problem, missing_kubeconfig_problem
 from krt.kube.resources import ResourceRef
 
@@ -107,7 +110,15 @@ class _Api(Api):
     land on the API server. kr8s builds its ``httpx.AsyncClient`` itself (also again after a
     re-authentication) without a ``limits`` argument, so the pool is adjusted after each
     build: keep-alive up to ``max_connections`` (httpx default 100).
+
+    Its ``auth`` is a :class:`~krt.kube.kr8s_auth.ScrubbingKubeAuth`, built with the same
+    arguments as kr8s's own ``KubeAuth``: kr8s's credential temporary files are deleted as
+    soon as it has written them, and every TLS context is built from memory.
     """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.auth = scrubbing_auth_for(kwargs)
 
     async def _create_session(self) -> None:
         await super()._create_session()
@@ -368,7 +379,7 @@ class Kube:
         """
         if not token or any(not 0x21 <= ord(ch) <= 0x7E for ch in token):
             raise ValueError("token must be non-empty printable ASCII without whitespace")
-        if getattr(self._api.auth, "client_cert_file", None):
+        if uses_client_certificate(self._api.auth):
             raise ConfigError(
                 "this client authenticates with a TLS client certificate; the API server "
                 "would ignore a bearer token on the same connection"

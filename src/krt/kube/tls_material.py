@@ -1,0 +1,181 @@
+"""The API client's TLS context, built from kubeconfig material held in memory.
+
+A kubeconfig carries its CA certificate and client certificate/key either inline
+(``certificate-authority-data``, ``client-certificate-data``, ``client-key-data``) or as
+paths (``certificate-authority``, ``client-certificate``, ``client-key``; the in-cluster
+ServiceAccount's ``ca.crt``). :class:`TlsMaterial` holds the inline ones as bytes and the
+paths as paths; :func:`build_ssl_context` turns it into an ``ssl.SSLContext`` without
+leaving a file behind:
+
+* the CA goes in through ``load_verify_locations(cadata=...)``, entirely in memory;
+* ``ssl.SSLContext.load_cert_chain`` only reads files, so an inline client certificate or
+  key is written to an anonymous in-memory file (Linux ``memfd_create``, opened through
+  ``/proc/self/fd``; it has no name on any file system and vanishes when closed) or, where
+  that is unavailable, to a private temporary directory (mode 0700, files 0600) that is
+  removed as soon as the context has read them. Files the kubeconfig names by path are read
+  in place and never touched.
+
+Pure of kr8s: :mod:`krt.kube.kr8s_auth` fills a :class:`TlsMaterial` from kr8s's loaded
+configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Pem", "TlsMaterial", "build_ssl_context"]
+
+#: Where a memfd's content can be opened by name (Linux).
+_PROC_FD = Path("/proc/self/fd")
+
+
+@dataclass(frozen=True)
+class Pem:
+    """One piece of TLS material: inline bytes or a file path (exactly one is set).
+
+    Attributes:
+        data: the decoded kubeconfig ``*-data`` value (PEM text as bytes; DER for a CA is
+            accepted too), or None.
+        path: a file the kubeconfig (or the ServiceAccount mount) names, or None.
+    """
+
+    data: bytes | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.data is None) == (self.path is None):
+            raise ValueError("Pem: exactly one of data and path must be given")
+
+
+@dataclass(frozen=True)
+class TlsMaterial:
+    """What the API client's TLS context is made of (kubeconfig ``clusters[]``/``users[]``).
+
+    Attributes:
+        ca: the cluster CA (``certificate-authority[-data]``), or None for the default trust
+            store.
+        client_cert: ``client-certificate[-data]``, or None.
+        client_key: ``client-key[-data]``, or None.
+        insecure_skip_tls_verify: ``insecure-skip-tls-verify: true`` (no server check).
+    """
+
+    ca: Pem | None = None
+    client_cert: Pem | None = None
+    client_key: Pem | None = None
+    insecure_skip_tls_verify: bool = False
+
+    @property
+    def has_client_certificate(self) -> bool:
+        """Whether a client certificate and key are configured (mutual TLS)."""
+        return self.client_cert is not None and self.client_key is not None
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether nothing TLS-related is configured (the default context applies)."""
+        return (
+            self.ca is None
+            and self.client_cert is None
+            and self.client_key is None
+            and not self.insecure_skip_tls_verify
+        )
+
+
+def build_ssl_context(material: TlsMaterial) -> ssl.SSLContext | None:
+    """Build the client ``ssl.SSLContext`` for ``material``; no file outlives the call.
+
+    The rules are kr8s's (``KubeAuth.ssl_context``), which match client-go's: a client
+    certificate is used only when both certificate and key are given, the CA replaces the
+    default trust store, and ``insecure-skip-tls-verify`` turns off both the chain and the
+    host-name check.
+
+    Args:
+        material: see :class:`TlsMaterial`.
+
+    Returns:
+        A new context, or None when ``material`` configures nothing (the caller then uses
+        its default context: the system / certifi trust store).
+
+    Raises:
+        ssl.SSLError: a certificate or key that does not parse, or a key that does not
+            match the certificate.
+        OSError: a file named by path cannot be read.
+    """
+    if material.is_empty:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if material.insecure_skip_tls_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if material.client_cert is not None and material.client_key is not None:
+        with ExitStack() as stack:
+            certfile = stack.enter_context(_readable_file(material.client_cert, "client.crt"))
+            keyfile = stack.enter_context(_readable_file(material.client_key, "client.key"))
+            context.load_cert_chain(certfile=certfile, keyfile=keyfile, password=None)
+    if material.ca is not None:
+        if material.ca.path is not None:
+            context.load_verify_locations(cafile=material.ca.path)
+        else:
+            context.load_verify_locations(cadata=_cadata(material.ca.data or b""))
+    return context
+
+
+def _cadata(data: bytes) -> str | bytes:
+    """``cadata`` for ``load_verify_locations``: PEM as text, anything else as DER bytes."""
+    if b"-----BEGIN" in data:
+        return data.decode("ascii", "replace")
+    return data
+
+
+@contextmanager
+def _readable_file(pem: Pem, name: str) -> Iterator[str]:
+    """A path OpenSSL can open for ``pem``, valid inside the ``with`` block only."""
+    if pem.path is not None:
+        yield pem.path
+        return
+    data = pem.data or b""
+    if _memfd_usable():
+        with _memory_file(data, name) as path:
+            yield path
+    else:
+        with _private_file(data, name) as path:
+            yield path
+
+
+def _memfd_usable() -> bool:
+    return hasattr(os, "memfd_create") and _PROC_FD.is_dir()
+
+
+@contextmanager
+def _memory_file(data: bytes, name: str) -> Iterator[str]:
+    """``data`` in an anonymous memory file (no directory entry anywhere); closed on exit."""
+    fd = os.memfd_create(f"krt-{name}", os.MFD_CLOEXEC)
+    try:
+        _write_all(fd, data)
+        yield str(_PROC_FD / str(fd))
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _private_file(data: bytes, name: str) -> Iterator[str]:
+    """``data`` in a fresh mode-0700 temporary directory, removed (with the file) on exit."""
+    with tempfile.TemporaryDirectory(prefix="krt-tls-") as directory:
+        path = os.path.join(directory, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        yield path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
