@@ -153,16 +153,23 @@ class UpstreamTLS:
 def _load_upstream(
     context: ssl.SSLContext, ca_file: str | None, cert_file: str | None, key_file: str | None
 ) -> None:
-    try:
-        if ca_file is not None:
+    """Add ``ca_file`` to what ``context`` trusts and load the client pair into it.
+
+    Raises:
+        TLSFilesError: naming the option(s) whose file(s) did not load.
+    """
+    if ca_file is not None:
+        try:
             context.load_verify_locations(cafile=ca_file)
-        if cert_file is not None and key_file is not None:
+        except (ssl.SSLError, OSError) as exc:
+            raise TLSFilesError(f"--upstream-ca-file {ca_file!r}: {exc}") from exc
+    if cert_file is not None and key_file is not None:
+        try:
             context.load_cert_chain(cert_file, key_file)
-    except (ssl.SSLError, OSError) as exc:
-        raise TLSFilesError(
-            f"--upstream-ca-file {ca_file!r} / --upstream-cert-file {cert_file!r} / "
-            f"--upstream-key-file {key_file!r}: {exc}"
-        ) from exc
+        except (ssl.SSLError, OSError) as exc:
+            raise TLSFilesError(
+                f"--upstream-cert-file {cert_file!r} / --upstream-key-file {key_file!r}: {exc}"
+            ) from exc
 
 
 def upstream_tls(

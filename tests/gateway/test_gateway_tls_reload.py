@@ -16,6 +16,7 @@ from gateway.tls_reload import (
     ListenerTLSConfig,
     TLSFilesError,
     reload_listener_tls,
+    reload_upstream_tls,
     upstream_tls,
     watch_listener_tls,
     watch_upstream_tls,
@@ -238,3 +239,15 @@ def test_upstream_files_that_do_not_load_are_refused(tmp_path: Path) -> None:
     with pytest.raises(TLSFilesError, match="--upstream-key-file"):
         upstream_tls(ca_file, cert_file, key_file)
     assert upstream_tls(None, None, None) is None
+
+
+def test_an_unusable_client_pair_is_named_without_the_ca_option(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca_file, cert_file, key_file = _write_upstream(tmp_path, ca)
+    upstream = upstream_tls(ca_file, cert_file, key_file)
+    assert upstream is not None
+    _write_key(key_file, ca.issue_cert("other").private_key_pem.bytes())
+    with pytest.raises(TLSFilesError) as caught:
+        reload_upstream_tls(upstream)
+    assert "--upstream-key-file" in str(caught.value)
+    assert "--upstream-ca-file" not in str(caught.value)
