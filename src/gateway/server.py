@@ -166,6 +166,33 @@ def _hypercorn_config(bind: str, *, keep_alive: float, config_type: type[_Config
     return config
 
 
+async def _reload_tls(
+    config: GatewayConfig, https: ListenerTLSConfig, shutdown: trio.Event | None
+) -> None:
+    """Reload the listener's and the upstream TLS files until ``shutdown`` (or cancellation).
+
+    The watchers never return by themselves: they end when a graceful shutdown starts, so
+    the listeners' drain is all that a shutdown waits for.
+    """
+    async with trio.open_nursery() as watchers:
+        watchers.start_soon(
+            partial(
+                watch_listener_tls,
+                https,
+                config.tls_cert_file,
+                config.tls_key_file,
+                period=config.tls_reload_seconds,
+            )
+        )
+        if config.upstream is not None and config.upstream.files:
+            watchers.start_soon(
+                partial(watch_upstream_tls, config.upstream, period=config.tls_reload_seconds)
+            )
+        if shutdown is not None:
+            await shutdown.wait()
+            watchers.cancel_scope.cancel()
+
+
 async def serve_gateway(
     config: GatewayConfig,
     *,
@@ -234,19 +261,7 @@ async def serve_gateway(
             binds = await nursery.start(
                 partial(hypercorn_serve, invoke_app, https, shutdown_trigger=trigger)
             )
-            nursery.start_soon(
-                partial(
-                    watch_listener_tls,
-                    https,
-                    config.tls_cert_file,
-                    config.tls_key_file,
-                    period=config.tls_reload_seconds,
-                )
-            )
-            if config.upstream is not None and config.upstream.files:
-                nursery.start_soon(
-                    partial(watch_upstream_tls, config.upstream, period=config.tls_reload_seconds)
-                )
+            nursery.start_soon(_reload_tls, config, https, shutdown)
             addresses = GatewayAddresses(https=binds[0], metrics=metrics_url)
             log.info("gateway serving", extra={"https": addresses.https, "metrics": metrics_url})
             task_status.started(addresses)

@@ -37,6 +37,7 @@ from typing import Final, NoReturn
 from hypercorn.config import Config as HypercornConfig
 
 from krt.file_watch import watch_files
+from krt.pem_files import load_cert_chain_bytes
 
 __all__ = [
     "RELOAD_PERIOD_SECONDS",
@@ -77,19 +78,29 @@ class ListenerTLSConfig(HypercornConfig):
         return self.ssl_context
 
 
+def _read(option: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise TLSFilesError(f"{option} {path!r}: {exc}") from exc
+
+
 def reload_listener_tls(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
     """Load ``cert_file``/``key_file`` into ``context`` for handshakes from now on.
 
-    The pair is loaded into a fresh context first, so an unusable pair leaves ``context``
-    exactly as it was.
+    Each file is read once; the pair is checked on a fresh context and the same bytes are
+    then loaded into ``context``, so an unusable pair (or files that change meanwhile)
+    leaves ``context`` exactly as it was.
 
     Raises:
         TLSFilesError: a file cannot be read, or the pair cannot be loaded.
     """
+    cert, key = _read("--tls-cert-file", cert_file), _read("--tls-key-file", key_file)
     for target in (ssl.create_default_context(ssl.Purpose.CLIENT_AUTH), context):
         try:
-            target.load_cert_chain(cert_file, key_file)
-        except (ssl.SSLError, OSError) as exc:
+            load_cert_chain_bytes(target, cert, key)
+        except ssl.SSLError as exc:
             raise TLSFilesError(
                 f"--tls-cert-file {cert_file!r} / --tls-key-file {key_file!r}: {exc}"
             ) from exc
@@ -150,26 +161,64 @@ class UpstreamTLS:
         return [Path(f) for f in (self.ca_file, self.cert_file, self.key_file) if f is not None]
 
 
+@dataclass(frozen=True)
+class _UpstreamBytes:
+    """The upstream files' contents, each read once."""
+
+    ca: bytes | None
+    cert: bytes | None
+    key: bytes | None
+
+
+def _read_upstream(
+    ca_file: str | None, cert_file: str | None, key_file: str | None
+) -> _UpstreamBytes:
+    return _UpstreamBytes(
+        ca=_read("--upstream-ca-file", ca_file) if ca_file is not None else None,
+        cert=_read("--upstream-cert-file", cert_file) if cert_file is not None else None,
+        key=_read("--upstream-key-file", key_file) if key_file is not None else None,
+    )
+
+
 def _load_upstream(
-    context: ssl.SSLContext, ca_file: str | None, cert_file: str | None, key_file: str | None
+    context: ssl.SSLContext, material: _UpstreamBytes, upstream: UpstreamTLS
 ) -> None:
-    """Add ``ca_file`` to what ``context`` trusts and load the client pair into it.
+    """Add the CA to what ``context`` trusts and load the client pair into it.
 
     Raises:
-        TLSFilesError: naming the option(s) whose file(s) did not load.
+        TLSFilesError: naming the option(s) whose content did not load.
     """
-    if ca_file is not None:
+    if material.ca is not None:
         try:
-            context.load_verify_locations(cafile=ca_file)
-        except (ssl.SSLError, OSError) as exc:
-            raise TLSFilesError(f"--upstream-ca-file {ca_file!r}: {exc}") from exc
-    if cert_file is not None and key_file is not None:
+            context.load_verify_locations(cadata=material.ca.decode("ascii", "replace"))
+        except (ssl.SSLError, ValueError) as exc:
+            raise TLSFilesError(f"--upstream-ca-file {upstream.ca_file!r}: {exc}") from exc
+    if material.cert is not None and material.key is not None:
         try:
-            context.load_cert_chain(cert_file, key_file)
-        except (ssl.SSLError, OSError) as exc:
+            load_cert_chain_bytes(context, material.cert, material.key)
+        except ssl.SSLError as exc:
             raise TLSFilesError(
-                f"--upstream-cert-file {cert_file!r} / --upstream-key-file {key_file!r}: {exc}"
+                f"--upstream-cert-file {upstream.cert_file!r} / "
+                f"--upstream-key-file {upstream.key_file!r}: {exc}"
             ) from exc
+
+
+def _upstream_context(material: _UpstreamBytes, upstream: UpstreamTLS) -> ssl.SSLContext:
+    """A fresh client context: only the CA file when given (else the system roots)."""
+    context = ssl.create_default_context(
+        cadata=None if material.ca is None else _ca_text(material.ca, upstream)
+    )
+    _load_upstream(context, _UpstreamBytes(None, material.cert, material.key), upstream)
+    return context
+
+
+def _ca_text(ca: bytes, upstream: UpstreamTLS) -> str:
+    text = ca.decode("ascii", "replace")
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise TLSFilesError(
+            f"--upstream-ca-file {upstream.ca_file!r}: no PEM certificate in the file"
+        )
+    return text
 
 
 def upstream_tls(
@@ -178,33 +227,37 @@ def upstream_tls(
     """The client context for runtimed (``None``: plaintext gRPC, no file given).
 
     Raises:
-        TLSFilesError: only one of ``cert_file``/``key_file`` is given, or a file does not
-            load.
+        TLSFilesError: only one of ``cert_file``/``key_file`` is given, or a file cannot be
+            read or does not load (the message names the option).
     """
     if ca_file is None and cert_file is None and key_file is None:
         return None
     if (cert_file is None) != (key_file is None):
         raise TLSFilesError("--upstream-cert-file and --upstream-key-file go together")
+    named = UpstreamTLS(ssl.create_default_context(), ca_file, cert_file, key_file)
     try:
-        # with a CA file, only that CA is trusted (not the system roots)
-        context = ssl.create_default_context(cafile=ca_file)
-    except (ssl.SSLError, OSError) as exc:
+        context = _upstream_context(_read_upstream(ca_file, cert_file, key_file), named)
+    except ssl.SSLError as exc:
         raise TLSFilesError(f"--upstream-ca-file {ca_file!r}: {exc}") from exc
-    _load_upstream(context, None, cert_file, key_file)
     return UpstreamTLS(context, ca_file, cert_file, key_file)
 
 
 def reload_upstream_tls(upstream: UpstreamTLS) -> None:
     """Load ``upstream``'s files into its context, for connections made from now on.
 
-    The files are loaded into a fresh context first, so unusable files leave the context in
-    use exactly as it was.
+    Each file is read once; the contents are checked on a fresh context and the same bytes
+    are then loaded into the context in use, so unusable files (or files that change
+    meanwhile) leave it exactly as it was.
 
     Raises:
         TLSFilesError: a file cannot be read or does not load.
     """
-    upstream_tls(upstream.ca_file, upstream.cert_file, upstream.key_file)
-    _load_upstream(upstream.context, upstream.ca_file, upstream.cert_file, upstream.key_file)
+    material = _read_upstream(upstream.ca_file, upstream.cert_file, upstream.key_file)
+    try:
+        _upstream_context(material, upstream)
+    except ssl.SSLError as exc:
+        raise TLSFilesError(f"--upstream-ca-file {upstream.ca_file!r}: {exc}") from exc
+    _load_upstream(upstream.context, material, upstream)
 
 
 async def watch_upstream_tls(

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
-from conftest import StackFactory
+from conftest import StackFactory, TLSFiles
 
+from gateway.server import GatewayConfig, serve_gateway
+from gateway.targets import StaticResolver
 from gateway.tls_reload import (
     ListenerTLSConfig,
     TLSFilesError,
@@ -251,3 +253,52 @@ def test_an_unusable_client_pair_is_named_without_the_ca_option(tmp_path: Path) 
         reload_upstream_tls(upstream)
     assert "--upstream-key-file" in str(caught.value)
     assert "--upstream-ca-file" not in str(caught.value)
+
+
+async def test_an_idle_gateway_stops_at_once_on_shutdown(tls_files: TLSFiles) -> None:
+    config = GatewayConfig(
+        tls_cert_file=tls_files.cert_file,
+        tls_key_file=tls_files.key_file,
+        bind="127.0.0.1:0",
+        metrics_bind="127.0.0.1:0",
+        resolver=StaticResolver({}),
+        upstream=upstream_tls(*_write_upstream_files(tls_files)),
+    )
+    shutdown = trio.Event()
+    with trio.fail_after(4):  # the file watchers must not hold the shutdown back
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve_gateway, config, shutdown=shutdown))
+            shutdown.set()
+
+
+def _write_upstream_files(tls_files: TLSFiles) -> tuple[str, str, str]:
+    """The gateway test CA and leaf as upstream material (files already on disk)."""
+    directory = Path(tls_files.cert_file).parent
+    ca_file = directory / "upstream-ca.crt"
+    ca_file.write_bytes(tls_files.ca.cert_pem.bytes())
+    return str(ca_file), tls_files.cert_file, tls_files.key_file
+
+
+async def test_files_that_change_while_reloading_leave_the_context_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway import tls_reload
+
+    ca = trustme.CA()
+    cert_file, key_file = _write_leaf(ca, tmp_path)
+    config = _listener(cert_file, key_file)
+    context = config.create_ssl_context()
+    assert context is not None
+    old = _serial_of(cert_file)
+    real_read = tls_reload._read
+
+    def read_then_rotate(option: str, path: str) -> bytes:
+        data = real_read(option, path)
+        if path == cert_file:  # a rotation lands between reading tls.crt and tls.key
+            _write_leaf(ca, tmp_path)
+        return data
+
+    monkeypatch.setattr(tls_reload, "_read", read_then_rotate)
+    with pytest.raises(TLSFilesError):
+        reload_listener_tls(context, cert_file, key_file)
+    assert _served_serial(context, ca) == old  # the context in use is intact

@@ -26,7 +26,8 @@ from kr8s import _auth as kr8s_auth_module
 from kr8s._auth import KubeAuth
 from mtls_fake import VERSION, mtls_server
 
-from krt.kube import errors, tls_material
+from krt import pem_files
+from krt.kube import errors
 from krt.kube.client import ConfigError, Kube, connect
 from krt.kube.kr8s_auth import (
     AUTH_ARGUMENTS,
@@ -445,9 +446,9 @@ def test_a_pem_holds_exactly_one_of_data_and_path() -> None:
 def test_inline_client_key_is_loaded_without_leaving_a_file(
     memfd: bool, client_leaf: trustme.LeafCert, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if memfd and not tls_material._memfd_usable():
+    if memfd and not pem_files.memfd_usable():
         pytest.skip("no memfd_create or /proc/self/fd here")
-    monkeypatch.setattr(tls_material, "_memfd_usable", lambda: memfd)
+    monkeypatch.setattr(pem_files, "memfd_usable", lambda: memfd)
     private = private_tempdir(tmp_path, monkeypatch)
     cert = Pem(data=client_leaf.cert_chain_pems[0].bytes())
     key = Pem(data=client_leaf.private_key_pem.bytes())

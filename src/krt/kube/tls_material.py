@@ -9,11 +9,8 @@ leaving a file behind:
 
 * the CA goes in through ``load_verify_locations(cadata=...)``, entirely in memory;
 * ``ssl.SSLContext.load_cert_chain`` only reads files, so an inline client certificate or
-  key is written to an anonymous in-memory file (Linux ``memfd_create``, opened through
-  ``/proc/self/fd``; it has no name on any file system and vanishes when closed) or, where
-  that is unavailable, to a private temporary directory (mode 0700, files 0600) that is
-  removed as soon as the context has read them. Files the kubeconfig names by path are read
-  in place and never touched.
+  key is handed to it as an anonymous in-memory file (:func:`krt.pem_files.pem_file`).
+  Files the kubeconfig names by path are read in place and never touched.
 
 Pure of kr8s: :mod:`krt.kube.kr8s_auth` fills a :class:`TlsMaterial` from kr8s's loaded
 configuration.
@@ -21,18 +18,14 @@ configuration.
 
 from __future__ import annotations
 
-import os
 import ssl
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+
+from krt.pem_files import pem_file
 
 __all__ = ["Pem", "TlsMaterial", "build_ssl_context"]
-
-#: Where a memfd's content can be opened by name (Linux).
-_PROC_FD = Path("/proc/self/fd")
 
 
 @dataclass(frozen=True)
@@ -138,44 +131,5 @@ def _readable_file(pem: Pem, name: str) -> Iterator[str]:
     if pem.path is not None:
         yield pem.path
         return
-    data = pem.data or b""
-    if _memfd_usable():
-        with _memory_file(data, name) as path:
-            yield path
-    else:
-        with _private_file(data, name) as path:
-            yield path
-
-
-def _memfd_usable() -> bool:
-    return hasattr(os, "memfd_create") and _PROC_FD.is_dir()
-
-
-@contextmanager
-def _memory_file(data: bytes, name: str) -> Iterator[str]:
-    """``data`` in an anonymous memory file (no directory entry anywhere); closed on exit."""
-    fd = os.memfd_create(f"krt-{name}", os.MFD_CLOEXEC)
-    try:
-        _write_all(fd, data)
-        yield str(_PROC_FD / str(fd))
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def _private_file(data: bytes, name: str) -> Iterator[str]:
-    """``data`` in a fresh mode-0700 temporary directory, removed (with the file) on exit."""
-    with tempfile.TemporaryDirectory(prefix="krt-tls-") as directory:
-        path = os.path.join(directory, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
+    with pem_file(pem.data or b"", name) as path:
         yield path
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

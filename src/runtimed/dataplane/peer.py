@@ -48,6 +48,7 @@ import anyio.abc
 from anyio.streams.tls import TLSAttribute
 
 from krt.file_watch import watch_files
+from krt.pem_files import load_cert_chain_bytes
 
 __all__ = [
     "PEER_TLS_FILES",
@@ -119,6 +120,36 @@ def peer_tls_present(directory: Path) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class _PeerFiles:
+    """The contents of ``tls.crt``, ``tls.key`` and ``ca.crt``, each read once."""
+
+    cert: bytes
+    key: bytes
+    ca: str
+
+
+def _read_peer_files(directory: Path) -> _PeerFiles:
+    """Read the three files of ``directory``.
+
+    Raises:
+        PeerTLSError: a file is missing or unreadable, or ``ca.crt`` is not PEM.
+    """
+    contents: dict[str, bytes] = {}
+    for name in PEER_TLS_FILES:
+        path = Path(directory) / name
+        try:
+            contents[name] = path.read_bytes()
+        except FileNotFoundError:
+            raise PeerTLSError(f"--peer-tls-dir {str(directory)!r}: {name} is missing") from None
+        except OSError as exc:
+            raise PeerTLSError(f"--peer-tls-dir: {name} cannot be read: {exc}") from exc
+    ca = contents["ca.crt"].decode("ascii", "replace")
+    if "-----BEGIN CERTIFICATE-----" not in ca:
+        raise PeerTLSError("--peer-tls-dir: ca.crt cannot be loaded: no PEM certificate in it")
+    return _PeerFiles(contents["tls.crt"], contents["tls.key"], ca)
+
+
 def load_peer_tls(directory: Path) -> PeerTLS:
     """Build the contexts from ``tls.crt``, ``tls.key`` and ``ca.crt`` in ``directory``.
 
@@ -131,22 +162,17 @@ def load_peer_tls(directory: Path) -> PeerTLS:
     Raises:
         PeerTLSError: a file is missing or cannot be loaded (the message names it).
     """
-    paths = {name: Path(directory) / name for name in PEER_TLS_FILES}
-    for name, path in paths.items():
-        if not path.is_file():
-            raise PeerTLSError(f"--peer-tls-dir {str(directory)!r}: {name} is missing")
+    return _peer_contexts(_read_peer_files(directory))
+
+
+def _peer_contexts(files: _PeerFiles) -> PeerTLS:
     contexts: list[ssl.SSLContext] = []
     for purpose in (ssl.Purpose.CLIENT_AUTH, ssl.Purpose.SERVER_AUTH):
         try:
-            context = ssl.create_default_context(purpose, cafile=str(paths["ca.crt"]))
-        except (ssl.SSLError, OSError) as exc:
+            context = ssl.create_default_context(purpose, cadata=files.ca)
+        except ssl.SSLError as exc:
             raise PeerTLSError(f"--peer-tls-dir: ca.crt cannot be loaded: {exc}") from exc
-        try:
-            context.load_cert_chain(str(paths["tls.crt"]), str(paths["tls.key"]))
-        except (ssl.SSLError, OSError) as exc:
-            raise PeerTLSError(
-                f"--peer-tls-dir: tls.crt/tls.key cannot be loaded as a pair: {exc}"
-            ) from exc
+        _load_pair(context, files)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_alpn_protocols(["h2"])
         contexts.append(context)
@@ -154,11 +180,20 @@ def load_peer_tls(directory: Path) -> PeerTLS:
     server.verify_mode = ssl.CERT_OPTIONAL
     client.check_hostname = False
     client.verify_mode = ssl.CERT_REQUIRED
-    _check_issued_by_ca(server, paths["ca.crt"])
+    _check_issued_by_ca(server, files.ca)
     return PeerTLS(server=server, client=client)
 
 
-def _check_issued_by_ca(server: ssl.SSLContext, ca_file: Path) -> None:
+def _load_pair(context: ssl.SSLContext, files: _PeerFiles) -> None:
+    try:
+        load_cert_chain_bytes(context, files.cert, files.key)
+    except ssl.SSLError as exc:
+        raise PeerTLSError(
+            f"--peer-tls-dir: tls.crt/tls.key cannot be loaded as a pair: {exc}"
+        ) from exc
+
+
+def _check_issued_by_ca(server: ssl.SSLContext, ca: str) -> None:
     """Refuse a ``tls.crt`` that a peer trusting only ``ca.crt`` would refuse.
 
     Every runtimed presents the same certificate and trusts only ``ca.crt``: a leaf from
@@ -169,7 +204,7 @@ def _check_issued_by_ca(server: ssl.SSLContext, ca_file: Path) -> None:
     Raises:
         PeerTLSError: the handshake fails (the message says why).
     """
-    verifier = ssl.create_default_context(cafile=str(ca_file))
+    verifier = ssl.create_default_context(cadata=ca)
     verifier.check_hostname = False
     client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
     client_end = verifier.wrap_bio(client_in, client_out)
@@ -197,8 +232,9 @@ def _check_issued_by_ca(server: ssl.SSLContext, ca_file: Path) -> None:
 def reload_peer_tls(tls: PeerTLS, directory: Path) -> None:
     """Load the files of ``directory`` into ``tls``'s contexts, for connections made from now.
 
-    The files are checked first by building fresh contexts (:func:`load_peer_tls`), so
-    unusable material leaves ``tls`` exactly as it was.
+    Each file is read once; the contents are checked by building fresh contexts from them
+    and the same bytes are then loaded into ``tls``, so unusable material (or files that
+    change meanwhile) leaves ``tls`` exactly as it was.
 
     Args:
         tls: the contexts in use (the listener's and the peer channels').
@@ -207,14 +243,11 @@ def reload_peer_tls(tls: PeerTLS, directory: Path) -> None:
     Raises:
         PeerTLSError: a file is missing or cannot be loaded (the message names it).
     """
-    load_peer_tls(directory)
-    certificate, key, ca = (str(Path(directory) / name) for name in PEER_TLS_FILES)
+    files = _read_peer_files(directory)
+    _peer_contexts(files)
     for context in (tls.server, tls.client):
-        try:
-            context.load_cert_chain(certificate, key)
-            context.load_verify_locations(cafile=ca)
-        except (ssl.SSLError, OSError) as exc:  # changed again since the check
-            raise PeerTLSError(f"--peer-tls-dir: the files changed while loading: {exc}") from exc
+        _load_pair(context, files)
+        context.load_verify_locations(cadata=files.ca)
 
 
 async def watch_peer_tls(

@@ -28,6 +28,7 @@ from runtimed.dataplane.peer import (
     PeerTLSError,
     load_peer_tls,
     peer_tls_present,
+    reload_peer_tls,
     watch_peer_tls,
 )
 
@@ -287,3 +288,26 @@ async def test_a_rotation_to_another_ca_without_its_ca_crt_is_not_loaded(
         await trio.sleep(31)
         assert _handshake(tls.server, _trusting(first.ca)) == old_serial
         assert any("not accepted by a peer" in r.getMessage() for r in caplog.records)
+
+
+def test_files_that_change_while_reloading_leave_the_contexts_intact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = write_peer_tls(tmp_path)
+    tls = load_peer_tls(tmp_path)
+    old_serial = _serial(tmp_path)
+    real_read_bytes = Path.read_bytes
+
+    def read_then_rotate(path: Path) -> bytes:
+        data = real_read_bytes(path)
+        if path.name == "tls.crt":  # a rotation lands between reading tls.crt and tls.key
+            write_peer_tls(tmp_path, first.ca)
+        return data
+
+    monkeypatch.setattr(Path, "read_bytes", read_then_rotate)
+    with pytest.raises(PeerTLSError, match="cannot be loaded as a pair"):
+        reload_peer_tls(tls, tmp_path)
+    monkeypatch.undo()
+    # both contexts still hold the old, matching pair
+    assert _handshake(tls.server, _trusting(first.ca)) == old_serial
+    assert _handshake(load_peer_tls(tmp_path).server, tls.client) == _serial(tmp_path)
