@@ -519,3 +519,20 @@ async def test_function_create_reports_a_failed_registration(
         "error: function broken ended Failed instead of becoming Ready: RegistrationFailed; "
         "ImportError: no module named numpy (see krt describe broken and krt logs broken --runtimed)"
     )
+
+
+async def test_run_wait_interrupted_says_the_run_keeps_running(
+    kube: Kube, cli: CliRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import krt.cli.run_cmd as run_cmd_module
+
+    async def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_cmd_module, "await_final", interrupted)
+    result = await cli("run", "ctrlc", "--runtime", "bash", "--wait", "--", "x")
+    assert result.exit_code == ExitCode.INTERRUPTED
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: interrupted; run.kruntimes.io/ctrlc keeps running "
+        "(krt cancel ctrlc stops it, krt logs ctrlc shows its output)"
+    )

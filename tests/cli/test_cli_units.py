@@ -6,6 +6,7 @@ import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -465,3 +466,17 @@ def test_describe_without_status_or_events() -> None:
     assert "Pending" in text
     assert "'echo hi'" in text
     assert text.splitlines()[-1] == "  <none>"
+
+
+def test_wait_summary_line_does_not_repeat_the_phase_as_reason() -> None:
+    from krt.cli.runs_cmd import _final_line
+
+    def run(**status: str) -> dict[str, Any]:
+        return {"metadata": {"name": "r"}, "status": status}
+
+    assert _final_line(run(phase="Succeeded", reason="Succeeded")) == "run.kruntimes.io/r Succeeded"
+    assert (
+        _final_line(run(phase="Failed", reason="TaskFailed", message="exit code 1"))
+        == "run.kruntimes.io/r Failed: TaskFailed - exit code 1"
+    )
+    assert _final_line(run()) == "run.kruntimes.io/r Pending"

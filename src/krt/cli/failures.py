@@ -129,11 +129,15 @@ def exit_if_failed(failures: Sequence[CommandFailed]) -> None:
         sys.exit(int(failures[0].code))
 
 
-def run_async(main: Callable[[], Awaitable[T]]) -> T:
+def run_async(
+    main: Callable[[], Awaitable[T]], *, on_interrupt: Callable[[], str | None] | None = None
+) -> T:
     """Run a command's async part under one ``trio.run`` and map its errors to exit codes.
 
     Args:
         main: the command's async function (no arguments).
+        on_interrupt: called on Ctrl-C; what it returns (if anything) follows
+            ``interrupted;`` on stderr (e.g. that a created Run keeps running).
 
     Returns:
         What ``main`` returned.
@@ -148,6 +152,10 @@ def run_async(main: Callable[[], Awaitable[T]]) -> T:
         if leaf is None:
             raise
         code, message = _classify(leaf)
+        if isinstance(leaf, KeyboardInterrupt) and on_interrupt is not None:
+            note = on_interrupt()
+            if note:
+                message = f"{message}; {note}"
         fail(code, message)
 
 

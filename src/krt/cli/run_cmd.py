@@ -188,6 +188,17 @@ def run_cmd(
         backoff_seconds=backoff,
     )
 
+    created_name: list[str] = []
+
+    def still_running() -> str | None:
+        if not created_name:
+            return None
+        run_name = created_name[0]
+        return (
+            f"run.kruntimes.io/{run_name} keeps running "
+            f"(krt cancel {run_name} stops it, krt logs {run_name} shows its output)"
+        )
+
     async def main() -> ExitCode:
         async with open_kube(target) as kube:
             manifest = task_run(
@@ -203,6 +214,7 @@ def run_cmd(
                 kube, manifest, what=f"creating the Run in namespace {kube.namespace}"
             )
             run_name = created["metadata"]["name"]
+            created_name.append(run_name)
             if not (wait or follow):
                 _print_created(created, output)
                 return ExitCode.OK
@@ -213,7 +225,7 @@ def run_cmd(
                 final = await await_final(kube, created, follow=follow, progress=progress)
         return report_final(final, output)
 
-    sys.exit(int(run_async(main)))
+    sys.exit(int(run_async(main, on_interrupt=still_running)))
 
 
 #: What a user types first when they think the args are a whole command line.

@@ -332,7 +332,7 @@ Examples:
 def delete_cmd(
     target: KubeTarget, names: tuple[str, ...], wait: bool, timeout: float | None
 ) -> None:
-    """Delete Runs (a function Run is unregistered first; see seed 000 Cleanup).
+    """Delete Runs (a function Run is unregistered from its Runtime Server first).
 
     As kubectl delete pod a b: every Run that exists is deleted, each missing one is
     reported on stderr as it is met, and the exit code is 3 if any was missing (7 if a
@@ -467,6 +467,12 @@ async def wait_run(
 
 def _final_line(run: Obj) -> str:
     status = run.get("status") or {}
-    text = f"run.kruntimes.io/{run['metadata']['name']} {status.get('phase') or 'Pending'}"
-    extra = [str(status[k]) for k in ("reason", "message") if status.get(k)]
+    phase = status.get("phase") or "Pending"
+    text = f"run.kruntimes.io/{run['metadata']['name']} {phase}"
+    # (a reason that only repeats the phase, "Succeeded: Succeeded", says nothing)
+    extra = [
+        str(status[k])
+        for k in ("reason", "message")
+        if status.get(k) and not (k == "reason" and status[k] == phase)
+    ]
     return f"{text}: {' - '.join(extra)}" if extra else text
