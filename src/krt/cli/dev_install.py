@@ -278,12 +278,18 @@ async def install(
             }
         )
         if changed == "configured":
-            # a new certificate (the ClusterIP changed): running gateway Pods hold the old one
+            # the Secret differed from the dev certificate (issued anew when the ClusterIP
+            # changed, or edited by hand): the gateway would reload it within ~40 s (volume
+            # sync, then its file watch); restarting it serves the right one at once
             restarted = await _restart_pods(
                 kube, SYSTEM_NAMESPACE, "app.kubernetes.io/component=gateway"
             )
+            source = state_dir / "kruntimes" / "gateway-tls"
             for pod in restarted:
-                progress(f"pod/{pod} deleted (the gateway's serving certificate changed)")
+                progress(
+                    f"pod/{pod} deleted (secret/{GATEWAY_TLS_SECRET} was set back to the "
+                    f"dev certificate in {source})"
+                )
         for doc in kruntimes:
             if doc["kind"] == "Deployment":
                 await apply(doc)
