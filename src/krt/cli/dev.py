@@ -85,6 +85,31 @@ def _running_pid(state: Path) -> int | None:
     return pid if alive(pid, rec.get("start_ticks")) else None
 
 
+def other_installation(pid: int) -> str | None:
+    """The bin directory a running ``krt dev up`` process was started from, if not ours.
+
+    localkube runs every Pod's processes from its own interpreter's bin directory, so a
+    cluster started from another checkout runs that checkout's code.
+
+    Args:
+        pid: the cluster process.
+
+    Returns:
+        Its interpreter's directory when it differs from this process's, else None (also
+        when it cannot be read).
+    """
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not argv0 or not os.path.isabs(argv0):
+        return None
+    theirs, ours = Path(argv0).parent, Path(sys.executable).parent
+    if os.path.realpath(theirs) == os.path.realpath(ours):
+        return None
+    return str(theirs)
+
+
 @click.group()
 def dev() -> None:
     """Run a local Kubernetes (localkube) with the kruntimes images as local processes."""
@@ -155,6 +180,14 @@ def up(
                 f"stop it with: krt dev down --state-dir {state}"
             )
         click.echo(f"localkube is already running (pid {pid}, state: {state})")
+        other = other_installation(pid)
+        if other is not None:
+            click.echo(
+                f"warning: that dev cluster was started from another installation ({other}); "
+                f"its Pods run that installation's code. To run this one's: "
+                f"krt dev down --state-dir {state}, then krt dev up again",
+                err=True,
+            )
         ready = _ready_record(state)
         if ready is None:
             raise click.ClickException(
