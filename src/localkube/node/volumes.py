@@ -3,8 +3,9 @@
 Supported volume types: ``emptyDir`` (a directory, kept across container restarts, removed
 with the Pod), ``secret`` and ``configMap`` (files per key, or per ``items`` entry with
 ``path``; ``defaultMode``/``mode`` honoured; ``optional`` honoured, a missing optional
-object projected as empty; projected again by the Pod worker when the object changes, each
-file replaced atomically and files of keys that are gone removed) and the *workspace*: a
+object projected as empty; projected again by the Pod worker when the object changes, the
+whole set swapped at once as the kubelet does (:func:`write_atomically`), so keys that are
+gone disappear with it) and the *workspace*: a
 volume named ``workspace`` of any emptyDir kind is the Pod's shared workspace directory
 (``<pod-root>/workspace``, also every container's cwd and HOME). Other volume types are
 rejected with :class:`VolumeError` naming the volume, and the container reports
@@ -21,7 +22,9 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import shutil
 import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,24 +36,6 @@ WORKSPACE_VOLUME = "workspace"
 
 class VolumeError(ValueError):
     """A volume or mount that cannot be set up; the message names it."""
-
-
-def _write_file(path: Path, data: bytes, mode: int) -> None:
-    """Write ``path`` atomically (a new file renamed into place), unless it already holds
-    exactly ``data`` with ``mode``: a container start or a sync of an unchanged object
-    leaves the file, its inode and mtime alone, so a process watching it sees no change."""
-    try:
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode:
-            if st.st_size == len(data) and path.read_bytes() == data:
-                return
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    tmp.write_bytes(data)
-    os.chmod(tmp, mode)
-    tmp.replace(path)
 
 
 def _key_bytes(obj: Mapping[str, Any], kind: str) -> dict[str, bytes]:
@@ -68,6 +53,10 @@ def _key_bytes(obj: Mapping[str, Any], kind: str) -> dict[str, bytes]:
     return out
 
 
+#: The symlink naming the current payload directory (the kubelet's ``..data``).
+DATA_LINK = "..data"
+
+
 def _project(
     target: Path, volume: Mapping[str, Any], source: Mapping[str, Any] | None, kind: str
 ) -> None:
@@ -82,29 +71,93 @@ def _project(
         # deleted while the Pod runs takes its files with it
         source = {}
     keys = _key_bytes(source, kind)
-    target.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, tuple[bytes, int]] = {}
     items = ref.get("items")
     if items:
-        wanted = set()
         for item in items:
             if item["key"] not in keys:
                 if ref.get("optional"):
                     continue
                 raise VolumeError(f'volume "{name}": key "{item["key"]}" not found')
             rel = item.get("path", item["key"])
-            if rel.startswith("/") or ".." in rel.split("/"):
+            if rel.startswith("/") or ".." in rel.split("/") or rel.startswith(".."):
                 raise VolumeError(f'volume "{name}": item path "{rel}" must be relative')
-            _write_file(target / rel, keys[item["key"]], int(item.get("mode", default_mode)))
-            wanted.add(rel.split("/")[0])
+            payload[rel] = (keys[item["key"]], int(item.get("mode", default_mode)))
     else:
-        for k, data in keys.items():
-            _write_file(target / k, data, default_mode)
-        wanted = set(keys)
-    # projected again after a change (the kubelet's sync): a key that is gone goes too
+        payload = {k: (data, default_mode) for k, data in keys.items()}
+    write_atomically(target, payload)
+
+
+def write_atomically(target: Path, payload: Mapping[str, tuple[bytes, int]]) -> None:
+    """Make ``target`` show exactly ``payload`` (relative path -> (bytes, mode)), atomically.
+
+    The kubelet's AtomicWriter layout: the files live in a hidden directory
+    ``..<timestamp>.<random>``, the symlink ``..data`` names the current one, and each
+    top-level name is a symlink through ``..data``. A change writes a whole new directory
+    and swaps ``..data`` with one rename, so a reader never sees some files of the new
+    payload with others of the old one (a renewed ``tls.crt`` with the old ``tls.key``).
+    A payload equal to what is shown changes nothing (files keep their inodes and
+    times). Names that are gone from the payload disappear; regular files at the top level
+    (an older layout) are replaced by the symlinks.
+    """
+    target.mkdir(parents=True, exist_ok=True)
+    current = target / DATA_LINK
+    if _shows(current, payload):
+        return
+    directory = target / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{secrets.token_hex(4)}"
+    directory.mkdir()
+    for rel, (data, mode) in payload.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        os.chmod(path, mode)
+    swap = target / "..data_tmp"
+    swap.unlink(missing_ok=True)
+    os.symlink(directory.name, swap)
+    os.replace(swap, current)  # the one atomic step
+    tops = {rel.split("/")[0] for rel in payload}
+    for top in tops:
+        link = target / top
+        want = f"{DATA_LINK}/{top}"
+        if link.is_symlink() and os.readlink(link) == want:
+            continue
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        temporary = target / f"..{top}.{secrets.token_hex(4)}.link"
+        os.symlink(want, temporary)
+        os.replace(temporary, link)
     for entry in os.scandir(target):
-        if entry.name not in wanted and not entry.name.startswith("."):
-            if entry.is_file(follow_symlinks=False) or entry.is_symlink():
+        if entry.name.startswith("."):
+            if entry.name.startswith("..") and entry.name not in (DATA_LINK, directory.name):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+            continue
+        if entry.name not in tops:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
                 os.unlink(entry.path)
+
+
+def _shows(current: Path, payload: Mapping[str, tuple[bytes, int]]) -> bool:
+    """Whether the ``..data`` directory holds exactly ``payload`` (files, bytes, modes)."""
+    if not current.is_symlink():
+        return False
+    root = current.resolve()
+    found: dict[str, os.stat_result] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for file in files:
+            path = os.path.join(dirpath, file)
+            found[os.path.relpath(path, root)] = os.lstat(path)
+    if set(found) != set(payload):
+        return False
+    for rel, (data, mode) in payload.items():
+        st = found[rel]
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode:
+            return False
+        if st.st_size != len(data) or (root / rel).read_bytes() != data:
+            return False
+    return True
 
 
 def volume_dir(paths: PodPaths, name: str) -> Path:
@@ -177,6 +230,15 @@ def mount_volumes(paths: PodPaths, pod: Mapping[str, Any], container: Mapping[st
 
 
 def write_service_account(paths: PodPaths, *, token: str, namespace: str, ca_pem: str) -> None:
-    """Write the projected ServiceAccount files (token, namespace, ca.crt), mode 0644."""
-    for name, data in (("token", token), ("namespace", namespace), ("ca.crt", ca_pem)):
-        _write_file(paths.sa_dir / name, data.encode(), 0o644)
+    """Write the projected ServiceAccount files (token, namespace, ca.crt), mode 0644.
+
+    Swapped as one set (:func:`write_atomically`), as the kubelet projects the token.
+    """
+    write_atomically(
+        paths.sa_dir,
+        {
+            "token": (token.encode(), 0o644),
+            "namespace": (namespace.encode(), 0o644),
+            "ca.crt": (ca_pem.encode(), 0o644),
+        },
+    )

@@ -57,7 +57,7 @@ from localkube.node.probes import (
     tcp_probe,
 )
 from localkube.node.recovery import restore_observations
-from localkube.node.volumes import VolumeError, mount_volumes, prepare_volumes
+from localkube.node.volumes import VolumeError, mount_volumes, prepare_volumes, write_atomically
 
 # --- images -------------------------------------------------------------------------------
 
@@ -565,7 +565,12 @@ def test_volumes_and_mounts(tmp_path: Path) -> None:
         )
 
 
-def test_projecting_again_touches_only_what_changed(tmp_path: Path) -> None:
+def _shown(directory: Path) -> list[str]:
+    """The names a reader of the volume sees (the kubelet's hidden ``..`` entries left out)."""
+    return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+
+
+def test_projecting_again_swaps_the_whole_set_only_when_it_changed(tmp_path: Path) -> None:
     paths = PodPaths(tmp_path / "pod")
     pod = {"spec": {"volumes": [{"name": "s", "secret": {"secretName": "tls"}}]}}
 
@@ -574,14 +579,45 @@ def test_projecting_again_touches_only_what_changed(tmp_path: Path) -> None:
         prepare_volumes(paths, pod, secrets={"tls": {"data": encoded}}, configmaps={})
 
     project(crt=b"one", key=b"k")
-    crt, key = paths.volume("s") / "crt", paths.volume("s") / "key"
-    before = (crt.stat().st_ino, key.stat().st_ino)
-    project(crt=b"one", key=b"k")  # a container start: unchanged files stay as they are
-    assert (crt.stat().st_ino, key.stat().st_ino) == before
-    project(crt=b"two", new=b"n")  # the Secret changed
+    volume = paths.volume("s")
+    crt, key = volume / "crt", volume / "key"
+    before = (crt.stat().st_ino, key.stat().st_ino, os.readlink(volume / "..data"))
+    project(crt=b"one", key=b"k")  # a container start: an unchanged set stays as it is
+    assert (crt.stat().st_ino, key.stat().st_ino, os.readlink(volume / "..data")) == before
+    project(crt=b"two", new=b"n")  # the Secret changed: a new set, one swap
     assert crt.read_bytes() == b"two"
     assert crt.stat().st_ino != before[0]
-    assert sorted(p.name for p in paths.volume("s").iterdir()) == ["crt", "new"]
+    assert _shown(volume) == ["crt", "new"]
+    # the files are symlinks through ..data; only the current payload directory is kept
+    assert os.readlink(crt) == "..data/crt"
+    hidden = sorted(p.name for p in volume.iterdir() if p.name.startswith(".."))
+    assert hidden == sorted(["..data", os.readlink(volume / "..data")])
+
+
+def test_a_reader_never_sees_a_mix_of_two_payloads(tmp_path: Path) -> None:
+    target = tmp_path / "v"
+    write_atomically(target, {"tls.crt": (b"cert-1", 0o644), "tls.key": (b"key-1", 0o600)})
+    # what a reader resolves before the swap stays a consistent old set, and after it a
+    # consistent new set: both names go through the one ..data link
+    old_dir = (target / "..data").resolve()
+    write_atomically(target, {"tls.crt": (b"cert-2", 0o644), "tls.key": (b"key-2", 0o600)})
+    new_dir = (target / "..data").resolve()
+    assert new_dir != old_dir
+    assert (target / "tls.crt").resolve().parent == (target / "tls.key").resolve().parent
+    assert (target / "tls.crt").read_bytes() == b"cert-2"
+    assert oct((target / "tls.key").stat().st_mode & 0o777) == "0o600"
+    assert not old_dir.exists()
+
+
+def test_an_older_layout_of_plain_files_is_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "v"
+    target.mkdir()
+    (target / "tls.crt").write_bytes(b"old")  # a Pod root written by an earlier localkube
+    (target / "stale").write_bytes(b"x")
+    write_atomically(target, {"tls.crt": (b"new", 0o644)})
+    assert (target / "tls.crt").is_symlink()
+    assert (target / "tls.crt").read_bytes() == b"new"
+    assert _shown(target) == ["tls.crt"]
 
 
 async def test_grpc_probe_speaks_grpc_health_v1() -> None:
@@ -674,7 +710,7 @@ def test_an_optional_object_that_goes_away_takes_its_files(tmp_path: Path) -> No
         configmaps={"cm": {"data": {"a": "1", "b": "2"}}},
     )
     assert (paths.volume("s") / "crt").read_bytes() == b"one"
-    assert sorted(p.name for p in paths.volume("c").iterdir()) == ["x", "y"]
+    assert _shown(paths.volume("c")) == ["x", "y"]
     # an optional item key that is gone takes its file with it
     prepare_volumes(
         paths,
@@ -682,8 +718,8 @@ def test_an_optional_object_that_goes_away_takes_its_files(tmp_path: Path) -> No
         secrets={"tls": {"data": {"crt": base64.b64encode(b"one").decode()}}},
         configmaps={"cm": {"data": {"a": "1"}}},
     )
-    assert sorted(p.name for p in paths.volume("c").iterdir()) == ["x"]
+    assert _shown(paths.volume("c")) == ["x"]
     # both objects deleted: the volumes stay, empty (as the kubelet projects them)
     prepare_volumes(paths, pod, secrets={}, configmaps={})
-    assert list(paths.volume("s").iterdir()) == []
-    assert list(paths.volume("c").iterdir()) == []
+    assert _shown(paths.volume("s")) == []
+    assert _shown(paths.volume("c")) == []

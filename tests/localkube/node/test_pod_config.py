@@ -21,7 +21,7 @@ import json, os, pathlib
 root = pathlib.Path(os.environ["KRT_POD_ROOT"])
 sa = pathlib.Path(os.environ["KRT_SERVICEACCOUNT_DIR"])
 out = {k: v for k, v in os.environ.items()}
-out["sa_files"] = {p.name: p.read_text() for p in sa.iterdir()}
+out["sa_files"] = {p.name: p.read_text() for p in sa.iterdir() if not p.name.startswith(".")}
 out["cfg"] = (root / "etc/cfg/greeting").read_text()
 out["secret_file"] = (root / "etc/secret/password").read_text()
 (root / "scratch" / "note").write_text("x")
