@@ -220,6 +220,7 @@ async def test_controlplane_service_account_can_do_its_job_and_nothing_more(
                 ("create", "rbac.authorization.k8s.io", "roles"),
                 ("create", "rbac.authorization.k8s.io", "rolebindings"),
                 ("watch", "", "pods"),
+                ("patch", "", "pods"),  # pod-deletion-cost before a Runtime scale-down
                 ("watch", "discovery.k8s.io", "endpointslices"),
                 ("update", "coordination.k8s.io", "leases"),
                 ("create", "", "events"),
@@ -245,6 +246,7 @@ async def test_controlplane_service_account_can_do_its_job_and_nothing_more(
             ("update", "kruntimes.io", "runtimes", RUNS_NS),
             ("delete", "apps", "deployments", RUNS_NS),
             ("create", "", "pods", RUNS_NS),
+            ("delete", "", "pods", RUNS_NS),
             ("create", "", "pods/exec", RUNS_NS),
             ("escalate", "rbac.authorization.k8s.io", "roles", RUNS_NS),
             ("bind", "rbac.authorization.k8s.io", "roles", RUNS_NS),

@@ -267,6 +267,7 @@ def test_controlplane_cluster_role_is_least_privilege() -> None:
         ("rbac.authorization.k8s.io", "roles", "create"),
         ("rbac.authorization.k8s.io", "rolebindings", "create"),
         ("", "pods", "watch"),
+        ("", "pods", "patch"),  # pod-deletion-cost before a Runtime scale-down
         ("discovery.k8s.io", "endpointslices", "watch"),
         ("coordination.k8s.io", "leases", "update"),
         ("", "events", "create"),
@@ -276,6 +277,7 @@ def test_controlplane_cluster_role_is_least_privilege() -> None:
     assert not _allows(rules, "kruntimes.io", "runs", "create")
     assert not _allows(rules, "kruntimes.io", "runtimes", "update")
     assert not _allows(rules, "", "pods", "create")
+    assert not _allows(rules, "", "pods", "delete")  # the ReplicaSet removes Pods, not us
 
 
 def test_cluster_role_binding_names_the_controlplane_service_account() -> None:

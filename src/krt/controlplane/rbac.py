@@ -38,8 +38,10 @@ CONTROLPLANE_RULES: Final[tuple[dict[str, Any], ...]] = (
         "resources": ["roles", "rolebindings"],
         "verbs": [*_READ, "create", "update"],
     },
-    # Pods, heartbeats, endpoints; also held so the Role for runtimed may grant them
-    {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
+    # Pods, heartbeats, endpoints; also held so the Role for runtimed may grant them.
+    # patch: the Runtime controller sets controller.kubernetes.io/pod-deletion-cost on a
+    # Runtime's Pods just before scaling it down (krt.controlplane.deletion_cost)
+    {"apiGroups": [""], "resources": ["pods"], "verbs": [*_READ, "patch"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _READ},
     # heartbeat Leases (read) and the leader Lease (write); create/update so runtimed's Role

@@ -12,6 +12,10 @@ disappears (found by the ``kruntimes.io/runtime`` label), and when one of its Po
 heartbeat Leases changes (``readyReplicas``), and again just after the earliest heartbeat of
 its Pods would lapse (an expiry sends no event). The Runtimes informer's RESYNC re-checks
 every Runtime periodically as a fallback.
+
+Before an update that lowers the Deployment's ``spec.replicas``, the controller sets each
+Pod's ``controller.kubernetes.io/pod-deletion-cost`` to its number of non-terminal Runs
+(:mod:`krt.controlplane.deletion_cost`), so the ReplicaSet removes the least busy Pods.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import trio
 
 from krt.api.constants import RUNTIME_LABEL
 from krt.api.patches import apply_merge_patch
-from krt.controlplane.caches import Caches, InformerSet
+from krt.controlplane.caches import PODS_BY_RUNTIME, Caches, InformerSet
+from krt.controlplane.deletion_cost import busy_runs_by_pod, deletion_cost_patches
 from krt.controlplane.metrics import ControlPlaneMetrics
 from krt.controlplane.podstate import pod_name_of_heartbeat_lease
+from krt.controlplane.run_index import runtime_key
 from krt.controlplane.runtime_resources import (
     RuntimedWiring,
     desired_objects,
@@ -36,11 +42,12 @@ from krt.controlplane.runtime_resources import (
 )
 from krt.controlplane.runtime_status import runtime_status_patch
 from krt.kube.client import Kube, Obj
-from krt.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
+from krt.kube.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
 from krt.kube.events import EventSink
 from krt.kube.informer import InformerEvent
 from krt.kube.resources import (
     DEPLOYMENTS,
+    PODS,
     ROLEBINDINGS,
     ROLES,
     RUNTIMES,
@@ -137,6 +144,8 @@ class RuntimeController:
                     await self._kube.create(ref, want)
                     log.info("Runtime %s/%s: created %s", namespace, name, want["kind"])
                 elif needs_update(have, want):
+                    if want["kind"] == "Deployment":
+                        await self._mark_busy_pods(namespace, name, have, want)
                     await self._kube.replace(ref, merge_for_update(have, want))
                     log.info("Runtime %s/%s: updated %s", namespace, name, want["kind"])
             except AlreadyExists:
@@ -172,6 +181,46 @@ class RuntimeController:
         expiry = self._caches.next_heartbeat_expiry(namespace, name)
         # re-check when a heartbeat would lapse: readyReplicas must drop without an event
         return Requeue(after=expiry + 0.1) if expiry is not None else None
+
+    async def _mark_busy_pods(
+        self, namespace: str, name: str, have: Mapping[str, Any], want: Mapping[str, Any]
+    ) -> None:
+        """Before a scale-down, set each Pod's deletion cost to its number of busy Runs.
+
+        See :mod:`krt.controlplane.deletion_cost`: the ReplicaSet then deletes the least busy
+        Pods first. One merge patch per Pod whose cost changes, none unless ``want`` lowers
+        ``spec.replicas``. Best effort: a Pod already gone is skipped, and without the
+        ``patch pods`` permission (an older ClusterRole) the scale-down proceeds unmarked,
+        with a warning. Other API errors propagate (the reconcile is retried).
+        """
+        current = (have.get("spec") or {}).get("replicas")
+        patches = deletion_cost_patches(
+            self._caches.pods.by_index(PODS_BY_RUNTIME, runtime_key(namespace, name)),
+            busy_runs_by_pod(self._caches.runs_of_runtime(namespace, name)),
+            current_replicas=current if isinstance(current, int) else None,
+            desired_replicas=int(want["spec"]["replicas"]),
+        )
+        for cost in patches:
+            try:
+                await self._kube.patch(PODS, cost.pod_name, namespace, cost.patch)
+            except NotFound:
+                continue  # deleted meanwhile: nothing to protect
+            except Forbidden as exc:
+                log.warning(
+                    "Runtime %s/%s: cannot mark busy Pods before scaling down (%s); the "
+                    "ReplicaSet may remove a Pod that holds Runs",
+                    namespace,
+                    name,
+                    exc,
+                )
+                return
+            log.info(
+                "Runtime %s/%s: Pod %s deletion cost %d before scaling down",
+                namespace,
+                name,
+                cost.pod_name,
+                cost.cost,
+            )
 
     async def _owned_elsewhere(
         self, ref: ResourceRef, want: Mapping[str, Any], runtime_obj: Mapping[str, Any]

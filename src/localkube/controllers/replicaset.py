@@ -4,20 +4,24 @@ Rules (kube-controller-manager's ReplicaSet controller, simplified where noted):
 Pods count when they match the selector, are controlled by the ReplicaSet (ownerReference
 ``controller: true`` with its uid; orphans are not adopted) and are active (not terminal,
 no deletionTimestamp). Missing Pods are created as ``<rs-name>-<5 chars>`` with the
-template's labels and a controller ownerReference; surplus Pods are deleted, cheapest first
-(unbound, then Pending, then not ready, then most restarts, then newest). Creations and
-deletions not yet seen by the informer are remembered ("expectations") so a quick second
-pass never over-creates. Status: replicas, fullyLabeledReplicas, readyReplicas,
-availableReplicas (ready for ``minReadySeconds``), observedGeneration.
+template's labels and a controller ownerReference; surplus Pods are deleted in Kubernetes
+1.32's scale-down order (:func:`compare_for_deletion`: unbound, Pending, not ready, lowest
+``controller.kubernetes.io/pod-deletion-cost``, Ready for the least time, most restarts,
+newest). Creations and deletions not yet seen by the informer are remembered
+("expectations") so a quick second pass never over-creates. Status: replicas,
+fullyLabeledReplicas, readyReplicas, availableReplicas (ready for ``minReadySeconds``),
+observedGeneration.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -53,18 +57,131 @@ def owned_pods(rs: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[s
     return out
 
 
-def deletion_rank(pod: Mapping[str, Any]) -> tuple[int, int, int, int, float]:
-    """Sort key: Pods that sort first are deleted first when scaling down."""
-    status = pod.get("status") or {}
-    restarts = sum(int(c.get("restartCount", 0)) for c in status.get("containerStatuses", []) or [])
-    created = str(pod["metadata"].get("creationTimestamp", ""))
-    return (
-        0 if not pod.get("spec", {}).get("nodeName") else 1,
-        0 if status.get("phase") == "Pending" else 1,
-        0 if not is_ready(pod) else 1,
-        -restarts,
-        -(parse_time(created) or 0.0),  # newest first
-    )
+#: The annotation a user (or a controller) sets on a Pod to steer ReplicaSet scale-down.
+POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
+
+#: ``podPhaseToOrdinal``: phases missing here (none for active Pods) count as Pending (0).
+_PHASE_ORDINAL: Final = {"Pending": 0, "Unknown": 1, "Running": 2}
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+
+
+def pod_deletion_cost(pod: Mapping[str, Any]) -> int:
+    """The Pod's ``controller.kubernetes.io/pod-deletion-cost`` (0 when missing or invalid).
+
+    Kubernetes' ``GetDeletionCostFromPodAnnotations``: the value is a base-10 int32 with no
+    ``+`` sign and no leading zeros (``"0"`` itself is fine); anything else reads as 0.
+    """
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION)
+    if not isinstance(value, str) or not value:
+        return 0
+    digits = value[1:] if value[0] == "-" else value
+    if not digits.isascii() or not digits.isdigit() or (digits[0] == "0" and value != "0"):
+        return 0
+    number = int(value)
+    return number if _INT32_MIN <= number <= _INT32_MAX else 0
+
+
+def _ready_since(pod: Mapping[str, Any]) -> float | None:
+    """``podReadyTime``: when the Ready condition became True (epoch s), None if not Ready."""
+    if not is_ready(pod):
+        return None
+    for c in (pod.get("status") or {}).get("conditions", []) or []:
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            return parse_time(c.get("lastTransitionTime"))
+    return None
+
+
+def _max_restarts(pod: Mapping[str, Any]) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses", []) or []
+    return max((int(c.get("restartCount", 0) or 0) for c in statuses), default=0)
+
+
+def _log_rank(since: float, now: float) -> int:
+    """``int(log2(nanoseconds since since))``; -1 when ``since`` is not in the past."""
+    nanos = (now - since) * 1e9
+    return int(math.log2(nanos)) if nanos > 0 else -1
+
+
+def _compare_times(a: float | None, b: float | None, uids: tuple[str, str], now: float) -> int:
+    """Rules 6 and 8: the more recent time first, in logarithmic buckets of age.
+
+    A missing (zero) time comes first (``afterOrZero``); times in the same bucket are
+    ordered by Pod UID, a pseudo-random but stable order.
+    """
+    if a is None or b is None:
+        return -1 if a is None else 1
+    diff = _log_rank(a, now) - _log_rank(b, now)
+    if diff == 0:
+        return -1 if uids[0] < uids[1] else 1
+    return -1 if diff < 0 else 1
+
+
+def compare_for_deletion(a: Mapping[str, Any], b: Mapping[str, Any], *, now: float) -> int:
+    """Which of two Pods a ReplicaSet deletes first when scaling down.
+
+    Kubernetes 1.32's ``ActivePodsWithRanks.Less`` (pkg/controller/controller_utils.go) with
+    ``LogarithmicScaleDown`` (GA since 1.31) and ``PodDeletionCost`` (beta, on by default)
+    enabled. The first rule that tells the Pods apart decides:
+
+    1. a Pod not assigned to a node (no ``spec.nodeName``) before an assigned one;
+    2. by phase: Pending, then Unknown, then Running;
+    3. a not Ready Pod before a Ready one;
+    4. the lower ``controller.kubernetes.io/pod-deletion-cost`` first
+       (:func:`pod_deletion_cost`; missing or invalid is 0);
+    5. (Pods doubled up on one node first: localkube has one node, so this never decides);
+    6. if both are Ready at different times: the one Ready for *less* time first, compared in
+       logarithmic buckets (``int(log2(nanoseconds since Ready))``; a missing time first;
+       equal buckets are ordered by UID);
+    7. the Pod whose containers have restarted more (maximum ``restartCount``) first;
+    8. at different creation times: the newer Pod first, in the same logarithmic buckets
+       (equal buckets by UID).
+
+    Args:
+        a: a Pod.
+        b: another Pod.
+        now: the reference time of the logarithmic comparisons, epoch seconds (the caller's
+            clock; the function reads none).
+
+    Returns:
+        Negative when ``a`` goes first, positive when ``b`` does, 0 when no rule decides.
+    """
+    node_a = str((a.get("spec") or {}).get("nodeName") or "")
+    node_b = str((b.get("spec") or {}).get("nodeName") or "")
+    if node_a != node_b and (not node_a or not node_b):
+        return -1 if not node_a else 1
+    phase_a = _PHASE_ORDINAL.get(str((a.get("status") or {}).get("phase")), 0)
+    phase_b = _PHASE_ORDINAL.get(str((b.get("status") or {}).get("phase")), 0)
+    if phase_a != phase_b:
+        return -1 if phase_a < phase_b else 1
+    if is_ready(a) != is_ready(b):
+        return -1 if not is_ready(a) else 1
+    cost_a, cost_b = pod_deletion_cost(a), pod_deletion_cost(b)
+    if cost_a != cost_b:
+        return -1 if cost_a < cost_b else 1
+    uids = (str(a["metadata"].get("uid", "")), str(b["metadata"].get("uid", "")))
+    if is_ready(a) and is_ready(b):
+        ready_a, ready_b = _ready_since(a), _ready_since(b)
+        if ready_a != ready_b:
+            return _compare_times(ready_a, ready_b, uids, now)
+    restarts_a, restarts_b = _max_restarts(a), _max_restarts(b)
+    if restarts_a != restarts_b:
+        return -1 if restarts_a > restarts_b else 1
+    created_a = parse_time(str(a["metadata"].get("creationTimestamp", "")))
+    created_b = parse_time(str(b["metadata"].get("creationTimestamp", "")))
+    if created_a != created_b:
+        return _compare_times(created_a, created_b, uids, now)
+    return 0
+
+
+def deletion_order(pods: Sequence[dict[str, Any]], *, now: float) -> list[dict[str, Any]]:
+    """``pods`` sorted so the ones to delete first come first (:func:`compare_for_deletion`).
+
+    Args:
+        pods: active Pods of one ReplicaSet.
+        now: the reference time, epoch seconds.
+    """
+    return sorted(pods, key=functools.cmp_to_key(functools.partial(compare_for_deletion, now=now)))
 
 
 @dataclass(frozen=True)
@@ -86,7 +203,7 @@ def plan_replicaset(
         rs: the ReplicaSet.
         pods: the active Pods it controls (see :func:`owned_pods`, filtered by ``is_active``).
         pending_creates: Pods created but not yet seen by the informer.
-        now: epoch seconds (for availability).
+        now: epoch seconds (availability, and the scale-down order's reference time).
     """
     spec = rs.get("spec", {})
     desired = int(spec.get("replicas", 1))
@@ -94,7 +211,7 @@ def plan_replicaset(
     create = max(0, desired - have)
     delete: list[dict[str, Any]] = []
     if have > desired and pending_creates == 0:
-        delete = sorted(pods, key=deletion_rank)[: have - desired]
+        delete = deletion_order(pods, now=now)[: have - desired]
     template_labels = (spec.get("template", {}).get("metadata", {}) or {}).get("labels") or {}
     min_ready = int(spec.get("minReadySeconds", 0))
     status = {
