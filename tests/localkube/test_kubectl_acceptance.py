@@ -387,3 +387,15 @@ async def test_kubectl_scale_runtime(kubectl: Any) -> None:
     assert "runtime.kruntimes.io/python scaled" in out.stdout
     obj = json.loads((await kubectl("get", "runtime", "python", "-o", "json")).stdout)
     assert obj["spec"]["replicas"] == 3
+
+
+async def test_explain_describes_the_type_fields_of_our_kinds(kubectl: Any) -> None:
+    await kubectl("apply", "-f", str(RUNTIME_CRD_FILE))
+    for _ in range(50):  # the CRD is served (and its OpenAPI published) a moment later
+        out = await kubectl("explain", "runtimes", check=False)
+        if out.returncode == 0:
+            break
+        await trio.sleep(0.1)
+    out = await kubectl("explain", "runtimes")
+    assert "<no description>" not in out.stdout
+    assert "kruntimes.io/v1alpha1" in out.stdout  # apiVersion's description

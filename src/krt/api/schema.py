@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from krt.api import limits
+from krt.api.constants import API_VERSION
 from krt.api.phases import TERMINAL_PHASES, Phase
 from krt.api.retry import RETRYABLE_REASONS
 from krt.api.run import EndpointProtocol
@@ -589,6 +590,22 @@ def run_status_schema() -> Schema:
     }
 
 
+def _type_meta(kind: str) -> dict[str, Schema]:
+    """``apiVersion``, ``kind`` and ``metadata`` of a kind, described for ``kubectl explain``."""
+    return {
+        "apiVersion": {
+            "type": "string",
+            "description": f"The API group and version of this object: {API_VERSION}.",
+        },
+        "kind": {"type": "string", "description": f"The object's kind: {kind}."},
+        "metadata": {
+            "type": "object",
+            "description": "Standard Kubernetes object metadata: name, namespace, labels, "
+            "annotations, ownerReferences, finalizers.",
+        },
+    }
+
+
 def run_schema() -> Schema:
     """The full ``openAPIV3Schema`` of the Run CRD."""
     return {
@@ -597,9 +614,7 @@ def run_schema() -> Schema:
         "Runtime Pod.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            **_type_meta("Run"),
             "spec": run_spec_schema(),
             "status": run_status_schema(),
         },
@@ -613,9 +628,7 @@ def runtime_schema() -> Schema:
         "description": "A Runtime is a pool of warm Runtime Pods that Runs are placed on.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            **_type_meta("Runtime"),
             "spec": {
                 "type": "object",
                 "description": "The pool: size, per-Pod capacity and Pod template.",
