@@ -168,7 +168,8 @@ def read_source(path: Path, flag: str = "--file") -> str:
     if len(text) > MAX_INLINE_SOURCE_CHARS:
         raise click.BadParameter(
             f"{path} has {len(text)} characters, over the inline source limit of "
-            f"{MAX_INLINE_SOURCE_CHARS} (256 KiB)",
+            f"{MAX_INLINE_SOURCE_CHARS} characters (the CRD's maxLength counts characters, "
+            "not bytes)",
             param_hint=f"'{flag}'",
         )
     if len(path.name) > MAX_PATH_CHARS:
