@@ -24,6 +24,7 @@ import os
 import secrets
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -100,6 +101,17 @@ def write_atomically(target: Path, payload: Mapping[str, tuple[bytes, int]]) -> 
     times). Names that are gone from the payload disappear; regular files at the top level
     (an older layout) are replaced by the symlinks.
     """
+    # each container start and the periodic sync project the Pod's volumes, from threads
+    # that may overlap: one writer at a time (a few small files each; no contention worth
+    # a lock per volume)
+    with _WRITE_LOCK:
+        _write_atomically(target, payload)
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+def _write_atomically(target: Path, payload: Mapping[str, tuple[bytes, int]]) -> None:
     target.mkdir(parents=True, exist_ok=True)
     current = target / DATA_LINK
     if _shows(current, payload):
@@ -111,8 +123,7 @@ def write_atomically(target: Path, payload: Mapping[str, tuple[bytes, int]]) -> 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         os.chmod(path, mode)
-    swap = target / "..data_tmp"
-    swap.unlink(missing_ok=True)
+    swap = target / f"..data_tmp.{secrets.token_hex(4)}"
     os.symlink(directory.name, swap)
     os.replace(swap, current)  # the one atomic step
     tops = {rel.split("/")[0] for rel in payload}

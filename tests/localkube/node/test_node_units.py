@@ -723,3 +723,22 @@ def test_an_optional_object_that_goes_away_takes_its_files(tmp_path: Path) -> No
     prepare_volumes(paths, pod, secrets={}, configmaps={})
     assert _shown(paths.volume("s")) == []
     assert _shown(paths.volume("c")) == []
+
+
+def test_overlapping_projections_leave_a_whole_volume(tmp_path: Path) -> None:
+    # two containers of a Pod start together: both project the same volumes at once
+    import threading
+
+    for round_ in range(30):
+        target = tmp_path / f"v{round_}"
+        payload = {"tls.crt": (b"c" * 1000, 0o644), "tls.key": (b"k" * 1000, 0o600)}
+        threads = [
+            threading.Thread(target=write_atomically, args=(target, payload)) for _ in range(4)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert (target / "..data").resolve().is_dir()
+        assert (target / "tls.crt").read_bytes() == b"c" * 1000
+        assert (target / "tls.key").read_bytes() == b"k" * 1000
