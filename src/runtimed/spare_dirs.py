@@ -8,13 +8,15 @@ against ~25 µs for one ``rename`` of a directory that already exists. (Measured
 ``time.process_time``: the driver of one runtimed against a real Bash Runtime Server spent
 0.1 ms of system time per Run with its workspace on tmpfs and 0.6-1.9 ms on ext4.)
 
-So a Run's directory comes from this pool when it has one: ``<workspace>/spare/<n>``, an
-empty directory holding an empty ``work``, exactly what :func:`runtimed.sources.prepare_source`
-would create, moved to ``runs/<uid>`` with one ``rename``. The pool is filled once when the
-task lifecycle starts (in a worker thread) and refilled with the directories of finished
+So a Run's directory comes from this pool when it has one: an empty directory holding an
+empty ``work``, exactly what :func:`runtimed.sources.prepare_source` would create, moved to
+``runs/<uid>`` with one ``rename``. The pool is filled once when the task lifecycle starts
+(``<workspace>/spare/<n>``, in a worker thread) and refilled with the directories of finished
 Runs: :class:`runtimed.trash.Trash` hands each discarded directory to :meth:`SpareDirs.reclaim`
-(also in its worker thread), which empties it and moves it back into the pool, or refuses
-it, and the trash removes it as before.
+(also in its worker thread), which empties it where it is, in the trash, and the pool takes
+it from there; or refuses it, and the trash removes it as before. (Issue 6: reclaimed
+directories used to be renamed from the trash into ``spare/``, a third ``rename`` per Run
+besides the discard and the take: 15-25 µs of CPU each on the bench machine's ext4.)
 
 A reclaimed directory must be indistinguishable from a new one: it is reused only if it and
 its ``work`` are real directories (never a link) with the owner, group and permission bits a
@@ -23,15 +25,17 @@ attribute but security labels (so no POSIX ACL);
 everything else in them is removed first (never following a link). Anything unexpected, or
 any error, and the directory is not reused.
 
-One file may stay: ``work/script``, the default inline source file, when it is a regular
-file with one link, the owner, group and permission bits a new file gets (probed too) and
-no extended attribute but security labels. A Run whose inline source goes there rewrites it in place (the inode and its
-blocks are reused, its old content overwritten and any longer tail cut off:
-:func:`runtimed.local_files.write_file`); any other Run gets it removed by :meth:`SpareDirs.take`. Every
-new inode costs: ext4's allocator skips recently deleted inodes, reading their inode table
-blocks (``recently_deleted``), so creating files costs more the more files were just
-deleted, and perf showed ``ext4_create`` as runtimed's largest kernel cost per Run. The pool is private to runtimed by convention
-only: tasks share the workspace and are trusted (docs/security.md), as for ``runs/``.
+One file may stay: ``work/script``, the default inline source file (new spares get an empty
+one from :meth:`SpareDirs.fill`), when it is a regular file with one link, the owner, group
+and permission bits a new file gets (probed too) and no extended attribute but security
+labels. A Run whose inline source goes there rewrites it in place (the inode and its blocks
+are reused, its old content overwritten and any longer tail cut off:
+:func:`runtimed.local_files.write_file`); any other Run gets it removed by
+:meth:`SpareDirs.take`. Every new inode costs: ext4's allocator skips recently deleted
+inodes, reading their inode table blocks (``recently_deleted``), so creating files costs
+more the more files were just deleted, and perf showed ``ext4_create`` as runtimed's largest
+kernel cost per Run. The pool is private to runtimed by convention only: tasks share the
+workspace and are trusted (docs/security.md), as for ``runs/``.
 """
 
 from __future__ import annotations
@@ -83,6 +87,8 @@ class SpareDirs:
         self.size = size
         self._dir = os.fspath(root)
         self._ready: list[Spare] = []
+        #: spares fill() made that no Run has used yet
+        self._unused: set[str] = set()
         self._names = itertools.count()
         #: (uid, gid, permission bits) of a new directory; None until fill() probed it
         self._fresh: tuple[int, int, int] | None = None
@@ -102,6 +108,12 @@ class SpareDirs:
 
     def fill(self) -> None:
         """Empty the pool's directory (a previous runtimed's leftovers), then fill the pool.
+
+        Each new spare is a directory holding ``work`` with an empty :data:`KEPT_FILE` (a
+        reclaimed one may keep that file too): most task Runs write their inline source
+        there, and overwriting a file costs a burst less than creating one (issue 6:
+        ``bench/task_runs.py`` starts every runtimed with a fresh pool, so each Run of its
+        burst used to allocate the script's inode).
 
         Blocking: call in a worker thread. An error is logged and leaves the pool short or
         off (Runs then create their directories as without it).
@@ -124,11 +136,16 @@ class SpareDirs:
                 path = f"{self._dir}/{next(self._names)}"
                 os.mkdir(path)
                 os.mkdir(f"{path}/{WORK}")
-                made.append((path, False))
+                # an empty KEPT_FILE, made as write_file makes it: a Run whose inline source
+                # goes there overwrites it instead of allocating an inode in the burst
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                os.close(os.open(f"{path}/{WORK}/{KEPT_FILE}", flags, 0o666))
+                made.append((path, True))
         except OSError as exc:
             log.warning("spare Run directories in %s: %s", self._dir, exc)
             return
         self._ready = made
+        self._unused = {path for path, _ in made}
 
     def take(self, target: Path, *, keep_file: bool = False) -> bool:
         """Move a spare directory to ``target`` (a Run directory that does not exist).
@@ -142,7 +159,8 @@ class SpareDirs:
             True when ``target`` is now a directory holding ``work``, which is empty or
             (``keep_file`` only) holds just a regular :data:`KEPT_FILE`; False when the pool
             is empty (or its directories are gone, or one cannot be used, or something wrote
-            into it while it waited: it is then removed): create it instead.
+            into a reclaimed one while it waited: it is then removed): create it instead.
+            A spare :meth:`fill` made is not listed again (no earlier Run ever used it).
         """
         while self._ready:
             spare, has_file = self._ready.pop()
@@ -162,6 +180,12 @@ class SpareDirs:
                 except OSError:
                     shutil.rmtree(target, ignore_errors=True)
                     return False
+            if spare in self._unused:
+                # never a Run's directory, so no process of an earlier Run can have it as
+                # its cwd: the check below has nothing to find (issue 6: two directory
+                # reads per Run fewer while the pool hands out what fill() made)
+                self._unused.discard(spare)
+                return True
             if not _still_empty(os.fspath(target), keep_file=has_file and keep_file):
                 # something wrote into the spare while it waited (a task's process that
                 # left its group and kept the directory as its cwd): never hand a Run
@@ -177,14 +201,15 @@ class SpareDirs:
         self._ready.extend(paths[:room])
 
     def reclaim(self, path: str) -> Spare | None:
-        """Empty the discarded Run directory ``path`` and move it into the pool.
+        """Empty the discarded Run directory ``path`` where it is, to be used as a spare.
 
-        Blocking: call in a worker thread, on directories no one else uses (the trash).
+        Blocking: call in a worker thread, on directories no one else uses (the trash,
+        which must then leave the directory alone until :meth:`take` renames it away).
 
         Returns:
-            The spare (its path in the pool, and whether it kept its :data:`KEPT_FILE`), or
-            ``None`` when it is not reused (not like a new directory, or an error): the
-            caller removes it.
+            The spare (``path``, and whether it kept its :data:`KEPT_FILE`), to be given to
+            :meth:`add`; or ``None`` when it is not reused (not like a new directory, or an
+            error): the caller removes it.
         """
         fresh, fresh_file = self._fresh, self._fresh_file
         if fresh is None or fresh_file is None:
@@ -209,11 +234,9 @@ class SpareDirs:
                         kept = True
                     else:
                         _remove(entry)
-            target = f"{self._dir}/{next(self._names)}"
-            os.rename(path, target)
         except OSError:
             return None
-        return target, kept
+        return path, kept
 
 
 def _like_new(path: str, fresh: tuple[int, int, int]) -> bool:

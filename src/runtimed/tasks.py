@@ -330,17 +330,20 @@ class TaskLifecycle:
         Call after the Run cache has synced; ``started()`` once the workers run and the
         first sweep is done.
         """
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(self.trash.run)
-            await trio.to_thread.run_sync(self.spares.fill)
-            await self.markers.load()  # before any reconciliation reads them
-            await nursery.start(self._run_queue)
-            await self.sweep()
-            nursery.start_soon(self._rleg_loop)
-            nursery.start_soon(self._sweep_loop)
-            nursery.start_soon(self._follow_loop)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.trash.run)
+                await trio.to_thread.run_sync(self.spares.fill)
+                await self.markers.load()  # before any reconciliation reads them
+                await nursery.start(self._run_queue)
+                await self.sweep()
+                nursery.start_soon(self._rleg_loop)
+                nursery.start_soon(self._sweep_loop)
+                nursery.start_soon(self._follow_loop)
+                task_status.started()
+        finally:
+            self.markers.close()
 
     async def _run_queue(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

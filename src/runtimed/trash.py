@@ -8,8 +8,10 @@ machine busiest. :meth:`Trash.discard` instead renames the directory into
 ``quiet`` seconds, or at the latest ``max_delay`` seconds after the oldest, all in one
 worker-thread call. On start it removes whatever a previous runtimed left there, so a
 restart leaks nothing. With a :class:`~runtimed.spare_dirs.SpareDirs` pool, directories are
-emptied and given to the pool while it has room, instead of being removed (a Run directory
-renamed into place costs less than a new one).
+emptied in place and given to the pool while it has room, instead of being removed (a Run
+directory renamed into place costs less than a new one): they stay in the trash directory
+until the pool renames them away, so a batch handles only the directories discarded since
+the last one (never listing the directory, which holds the pool's spares too).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class Trash:
         self._spares = spares
         self._names = itertools.count()
         self._pid = os.getpid()
-        self._pending = 0
+        #: paths discarded since the last batch began
+        self._discarded: list[str] = []
         self._wakeup = trio.Event()
         self._batch_done = trio.Event()
         self.emptied = 0
@@ -77,8 +80,8 @@ class Trash:
 
     @property
     def pending(self) -> int:
-        """Directories discarded and not yet removed."""
-        return self._pending
+        """Directories discarded and not yet removed (or reclaimed)."""
+        return len(self._discarded)
 
     def discard(self, path: Path) -> bool:
         """Move ``path`` (a directory, or nothing) into the trash; never blocks for long.
@@ -95,7 +98,7 @@ class Trash:
                 return True  # nothing to remove
             log.debug("cannot move %s to the trash: %s", path, exc)
             return False
-        self._pending += 1
+        self._discarded.append(target)
         self._wakeup.set()
         return True
 
@@ -117,12 +120,12 @@ class Trash:
                 if not self._wakeup.is_set() or trio.current_time() >= deadline:
                     break
             self._wakeup = trio.Event()
-            batch, self._pending = self._pending, 0
+            batch, self._discarded = self._discarded, []
             wanted = self._spares.wanted() if self._spares is not None else 0
-            reclaimed = await trio.to_thread.run_sync(self._empty, wanted)
+            reclaimed = await trio.to_thread.run_sync(self._empty, batch, wanted)
             if self._spares is not None:
                 self._spares.add(reclaimed)
-            self.emptied += batch
+            self.emptied += len(batch)
             self._batch_done.set()
             self._batch_done = trio.Event()
 
@@ -131,23 +134,23 @@ class Trash:
         await self._batch_done.wait()
 
     def _reset(self) -> None:
+        """Remove everything in the trash (a previous process's leftovers and spares)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self._empty(0)
-
-    def _empty(self, wanted: int) -> list[Spare]:
-        """Remove what is in the trash, giving up to ``wanted`` directories to the pool.
-
-        Returns:
-            The directories reclaimed (for :meth:`SpareDirs.add`).
-        """
-        reclaimed: list[Spare] = []
         try:
             names = os.listdir(self.root)
         except OSError as exc:
             log.warning("cannot list the trash %s: %s", self.root, exc)
-            return reclaimed
-        for name in names:
-            path = f"{self._dir}/{name}"
+            return
+        self._empty([f"{self._dir}/{name}" for name in names], 0)
+
+    def _empty(self, paths: list[str], wanted: int) -> list[Spare]:
+        """Remove the discarded ``paths``, giving up to ``wanted`` of them to the pool.
+
+        Returns:
+            The directories reclaimed (for :meth:`SpareDirs.add`; left where they are).
+        """
+        reclaimed: list[Spare] = []
+        for path in paths:
             if self._spares is not None and len(reclaimed) < wanted:
                 moved = self._spares.reclaim(path)
                 if moved is not None:

@@ -252,3 +252,44 @@ async def test_a_run_directory_left_behind_still_gets_a_fresh_working_directory(
     monkeypatch.setattr(sources, "remove_tree", keep)
     await prepare_source(Source(inline="exit 0\n"), files)
     assert (files.work / "script").read_text() == "exit 0\n"
+
+
+async def test_a_spare_goes_into_place_without_a_removal_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 6: a first attempt's Run directory does not exist; nothing is removed (or
+    even looked up) before the spare's rename, and the rename still never keeps old files."""
+    from runtimed import sources
+    from runtimed.spare_dirs import SpareDirs
+
+    workspace = Workspace(root=tmp_path)
+    workspace.runs_dir().mkdir()
+    spares = SpareDirs(workspace.spare_dir(), size=4)
+    spares.fill()
+    removed: list[Path] = []
+    real_remove = sources.remove_tree
+
+    async def recording_remove(root: Path) -> None:
+        removed.append(root)
+        await real_remove(root)
+
+    monkeypatch.setattr(sources, "remove_tree", recording_remove)
+    files = workspace.files("u1")
+    await prepare_source(Source(inline="exit 0\n"), files, spares=spares)
+    assert removed == []
+    assert spares.ready == 3
+    # a second attempt: the old directory is in the way, so it is removed, then replaced
+    (files.work / "leftover").write_text("from attempt 1")
+    files.outputs.write_text("k=v\n")
+    await prepare_source(Source(inline="exit 1\n"), files, spares=spares)
+    assert removed == [files.root]
+    assert sorted(p.name for p in files.root.iterdir()) == ["work"]
+    assert sorted(p.name for p in files.work.iterdir()) == ["script"]
+    assert (files.work / "script").read_text() == "exit 1\n"
+    assert spares.ready == 2
+    # an empty directory in the way is simply replaced by the spare's rename
+    (tmp_path / "runs" / "u2").mkdir()
+    await prepare_source(None, workspace.files("u2"), spares=spares)
+    assert removed == [files.root]
+    assert [p.name for p in (tmp_path / "runs" / "u2").iterdir()] == ["work"]
+    assert spares.ready == 1

@@ -43,7 +43,12 @@ def test_fill_makes_empty_run_directories_and_clears_leftovers(tmp_path: Path) -
     assert "old" not in made
     for name in made:
         assert os.listdir(tmp_path / "spare" / name) == ["work"]
-        assert os.listdir(tmp_path / "spare" / name / "work") == []
+        # an empty script file, ready to be overwritten (issue 6: no inode made in a burst)
+        assert os.listdir(tmp_path / "spare" / name / "work") == ["script"]
+        script = tmp_path / "spare" / name / "work" / "script"
+        assert script.is_file()
+        assert not script.is_symlink()
+        assert script.stat().st_size == 0
 
 
 def test_take_renames_a_spare_into_place_until_the_pool_is_empty(tmp_path: Path) -> None:
@@ -73,18 +78,50 @@ def test_take_never_hands_over_a_spare_something_wrote_into(tmp_path: Path, wher
     """A process of an earlier Run that left its group may still write into its old
     directory after the pool took it back: such a spare is discarded, not handed over."""
     spares = pool(tmp_path, size=1)
-    spare = tmp_path / "spare" / os.listdir(tmp_path / "spare")[0]
-    (spare / where).write_text("from an earlier Run")
     (tmp_path / "runs").mkdir()
+    assert spares.take(tmp_path / "runs" / "earlier")  # a Run used it, then it came back
+    reclaimed = spares.reclaim(str(tmp_path / "runs" / "earlier"))
+    assert reclaimed is not None
+    spares.add([reclaimed])
+    spare = Path(reclaimed[0])
+    (spare / where).write_text("from an earlier Run")
     target = tmp_path / "runs" / "a"
     assert not spares.take(target)
     assert not target.exists()  # the caller creates a new one
     assert spares.ready == 0
 
 
+def test_a_spare_no_run_used_is_handed_over_without_listing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 6: what fill() made was never any Run's directory, so no earlier Run's process
+    can write into it; only reclaimed spares are listed before they are handed over."""
+    spares = pool(tmp_path, size=2)
+    listed: list[str] = []
+    real = spare_dirs._still_empty
+
+    def recording(run_dir: str, *, keep_file: bool) -> bool:
+        listed.append(run_dir)
+        return real(run_dir, keep_file=keep_file)
+
+    monkeypatch.setattr(spare_dirs, "_still_empty", recording)
+    (tmp_path / "runs").mkdir()
+    assert spares.take(tmp_path / "runs" / "a")
+    assert listed == []
+    assert os.listdir(tmp_path / "runs" / "a" / "work") == []  # its script was removed
+    reclaimed = spares.reclaim(str(tmp_path / "runs" / "a"))
+    assert reclaimed is not None
+    spares.add([reclaimed])
+    assert spares.take(tmp_path / "runs" / "b")  # the reclaimed one (taken last in, first out)
+    assert listed == [str(tmp_path / "runs" / "b")]
+    assert spares.take(tmp_path / "runs" / "c")  # the other new one
+    assert listed == [str(tmp_path / "runs" / "b")]
+
+
 def test_take_skips_spares_that_are_gone(tmp_path: Path) -> None:
     spares = pool(tmp_path, size=2)
     first = tmp_path / "spare" / sorted(os.listdir(tmp_path / "spare"))[-1]
+    (first / "work" / "script").unlink()
     (first / "work").rmdir()
     first.rmdir()
     (tmp_path / "runs").mkdir()
@@ -131,7 +168,7 @@ def test_reclaim_empties_a_used_run_directory_into_the_pool(tmp_path: Path) -> N
     reclaimed = spares.reclaim(str(run))
     assert reclaimed is not None
     moved, kept = reclaimed
-    assert not run.exists()
+    assert moved == str(run)  # emptied where it is: no rename (issue 6)
     assert os.listdir(moved) == ["work"]
     assert os.listdir(Path(moved) / "work") == ["script"]  # the default inline file stays
     assert kept
@@ -289,12 +326,26 @@ async def test_the_trash_gives_the_pool_what_it_wants_and_removes_the_rest(
         for n in range(4):
             assert trash.discard(used_run_dir(tmp_path / "runs" / f"u{n}"))
         await trash.wait_for_batch()
-        assert list((tmp_path / "trash").iterdir()) == []
+        # two of the four went back to the pool, emptied where they are; two were removed
+        kept = sorted(os.listdir(tmp_path / "trash"))
+        assert len(kept) == 2
         assert trash.emptied == 4
-        assert spares.ready == 3  # two of the four went back to the pool
-        assert len(os.listdir(tmp_path / "spare")) == 3
-        for name in os.listdir(tmp_path / "spare"):
-            assert os.listdir(tmp_path / "spare" / name / "work") in ([], ["script"])
+        assert trash.pending == 0
+        assert spares.ready == 3
+        assert len(os.listdir(tmp_path / "spare")) == 1
+        for name in kept:
+            assert os.listdir(tmp_path / "trash" / name) == ["work"]
+            assert os.listdir(tmp_path / "trash" / name / "work") in ([], ["script"])
+        # the next batch handles only what was discarded since: the pool's spares stay
+        assert trash.discard(used_run_dir(tmp_path / "runs" / "u9"))
+        await trash.wait_for_batch()
+        assert sorted(os.listdir(tmp_path / "trash")) == kept
+        assert spares.ready == 3
+        # and the pool takes them from the trash
+        for name in ("c", "d", "e"):
+            assert spares.take(tmp_path / "runs" / name)
+            assert os.listdir(tmp_path / "runs" / name) == ["work"]
+        assert os.listdir(tmp_path / "trash") == []
         nursery.cancel_scope.cancel()
 
 
@@ -309,3 +360,25 @@ def test_a_pool_that_cannot_be_made_is_off_and_runs_make_their_directories(
     assert spares.wanted() == 0
     assert not spares.take(tmp_path / "run")
     assert spares.reclaim(str(used_run_dir(tmp_path / "runs" / "u1"))) is None
+
+
+async def test_a_new_spares_script_file_is_overwritten_not_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 6: a Run whose inline source goes to ``script`` reuses the new spare's empty
+    file (same inode, no O_CREAT of a new one); any other Run gets it removed."""
+    workspace = Workspace(root=tmp_path)
+    workspace.runs_dir().mkdir()
+    spares = SpareDirs(workspace.spare_dir(), size=2)
+    spares.fill()
+    inodes = {
+        (workspace.spare_dir() / name / "work" / "script").stat().st_ino
+        for name in os.listdir(workspace.spare_dir())
+    }
+    files = workspace.files("u1")
+    await prepare_source(Source(inline="exit 0\n"), files, spares=spares)
+    assert (files.work / "script").read_text() == "exit 0\n"
+    assert (files.work / "script").stat().st_ino in inodes
+    other = workspace.files("u2")
+    await prepare_source(Source(inline="exit 0\n", inline_path="main.sh"), other, spares=spares)
+    assert os.listdir(other.work) == ["main.sh"]

@@ -8,7 +8,7 @@ so the markers (:mod:`runtimed.execute_markers`), survive as an emptyDir does.
 
 from __future__ import annotations
 
-import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ from runtimed_builders import run_dict
 from runtimed_fakes import Program
 from test_runtimed_task_lifecycle import Harness, harness, uid_of
 
-from runtimed.execute_markers import MARKERS_DIR_NAME
+from runtimed.execute_markers import MARKERS_DIR_NAME, read_journal
 
 
 @pytest.fixture
@@ -28,7 +28,9 @@ def clock() -> trio.testing.MockClock:
 
 
 def markers(h: Harness) -> list[str]:
-    return sorted(os.listdir(h.workspace.root / MARKERS_DIR_NAME))
+    """The markers on disk, as ``<uid>.<attempt>``."""
+    recorded = read_journal(h.workspace.root / MARKERS_DIR_NAME)
+    return sorted(f"{uid}.{attempt}" for uid, attempt in recorded.items())
 
 
 async def restart_both(h: Harness) -> None:
@@ -110,7 +112,7 @@ async def test_unwritable_marker_directory_fails_the_start_clearly(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:
     async with harness(tmp_path) as h:
-        (h.workspace.root / MARKERS_DIR_NAME).rmdir()
+        shutil.rmtree(h.workspace.root / MARKERS_DIR_NAME)
         key = h.create()
         uid = uid_of(h, key)
         status = await h.wait_phase(key, "Succeeded", "Failed")
@@ -135,7 +137,8 @@ async def test_markers_of_runs_gone_while_runtimed_was_down_are_removed(
         other = run_dict(name="r2", phase="Running", attempt=1)
         other_uid = other["metadata"]["uid"]
         h.store.create(other)  # another Run left Running with an attempt-1 marker
-        (h.workspace.root / MARKERS_DIR_NAME / f"{other_uid}.1").touch()
+        with (h.workspace.root / MARKERS_DIR_NAME / "journal").open("a") as journal:
+            journal.write(f"+{other_uid} 1\n")
         await h.start()
         assert f"{uid}.1" not in markers(h)  # pruned by the first sweep
         status = await h.wait_phase("ns/r2", "Succeeded", "Failed")
