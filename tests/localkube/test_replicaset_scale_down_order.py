@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
+from krt.kube.deletion_cost import POD_DELETION_COST_ANNOTATION, pod_deletion_cost
 from localkube.controllers.common import now_rfc3339
 from localkube.controllers.replicaset import (
-    POD_DELETION_COST_ANNOTATION,
     compare_for_deletion,
     deletion_order,
     plan_replicaset,
-    pod_deletion_cost,
 )
 
 NOW = 1_800_000_000.0

@@ -21,15 +21,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from krt.api.phases import is_terminal
 from krt.api.run import Run
+from krt.kube.deletion_cost import INT32_MAX, POD_DELETION_COST_ANNOTATION
+from krt.kube.deletion_cost import pod_deletion_cost as current_deletion_cost
 
 #: The Pod annotation Kubernetes' ReplicaSet controller reads (int32 text; lower goes first).
-POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
-_INT32_MIN: Final = -(2**31)
-_INT32_MAX: Final = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,22 +64,6 @@ def busy_runs_by_pod(runs: Iterable[Run]) -> Counter[str]:
     return counts
 
 
-def current_deletion_cost(pod: Mapping[str, Any]) -> int:
-    """The Pod's deletion cost as Kubernetes reads it: missing or invalid text is 0.
-
-    Kubernetes' ``GetDeletionCostFromPodAnnotations``: a base-10 int32, no ``+`` sign, no
-    leading zeros.
-    """
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION)
-    if not isinstance(value, str) or not value:
-        return 0
-    digits = value[1:] if value[0] == "-" else value
-    if not digits.isascii() or not digits.isdigit() or (digits[0] == "0" and value != "0"):
-        return 0
-    number = int(value)
-    return number if _INT32_MIN <= number <= _INT32_MAX else 0
-
-
 def deletion_cost_patches(
     pods: Sequence[Mapping[str, Any]],
     busy: Mapping[str, int],
@@ -110,7 +93,7 @@ def deletion_cost_patches(
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             continue
-        cost = min(int(busy.get(str(meta.get("uid", "")), 0)), _INT32_MAX)
+        cost = min(int(busy.get(str(meta.get("uid", "")), 0)), INT32_MAX)
         if cost == current_deletion_cost(pod):
             continue
         patches.append(

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import trio
 
+from krt.kube.deletion_cost import pod_deletion_cost
 from localkube.controllers.common import (
     controller_of,
     is_active,
@@ -58,28 +59,9 @@ def owned_pods(rs: Mapping[str, Any], pods: list[dict[str, Any]]) -> list[dict[s
 
 
 #: The annotation a user (or a controller) sets on a Pod to steer ReplicaSet scale-down.
-POD_DELETION_COST_ANNOTATION: Final = "controller.kubernetes.io/pod-deletion-cost"
 
 #: ``podPhaseToOrdinal``: phases missing here (none for active Pods) count as Pending (0).
 _PHASE_ORDINAL: Final = {"Pending": 0, "Unknown": 1, "Running": 2}
-_INT32_MIN: Final = -(2**31)
-_INT32_MAX: Final = 2**31 - 1
-
-
-def pod_deletion_cost(pod: Mapping[str, Any]) -> int:
-    """The Pod's ``controller.kubernetes.io/pod-deletion-cost`` (0 when missing or invalid).
-
-    Kubernetes' ``GetDeletionCostFromPodAnnotations``: the value is a base-10 int32 with no
-    ``+`` sign and no leading zeros (``"0"`` itself is fine); anything else reads as 0.
-    """
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION)
-    if not isinstance(value, str) or not value:
-        return 0
-    digits = value[1:] if value[0] == "-" else value
-    if not digits.isascii() or not digits.isdigit() or (digits[0] == "0" and value != "0"):
-        return 0
-    number = int(value)
-    return number if _INT32_MIN <= number <= _INT32_MAX else 0
 
 
 def _ready_since(pod: Mapping[str, Any]) -> float | None:
