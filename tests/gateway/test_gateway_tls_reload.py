@@ -34,13 +34,10 @@ def _write_leaf(ca: trustme.CA, directory: Path) -> tuple[str, str]:
     return str(cert_file), str(key_file)
 
 
-def _served_serial(server: ssl.SSLContext, ca: trustme.CA) -> int:
-    """The serial number of the certificate ``server`` presents (handshake in memory)."""
-    client = ssl.create_default_context()
-    ca.configure_trust(client)
-    bios = [ssl.MemoryBIO() for _ in range(4)]
-    client_end = client.wrap_bio(bios[0], bios[1], server_hostname="localhost")
-    server_end = server.wrap_bio(bios[2], bios[3], server_side=True)
+def _handshake(
+    client_end: ssl.SSLObject, server_end: ssl.SSLObject, bios: list[ssl.MemoryBIO]
+) -> None:
+    """Run a TLS handshake in memory (``bios``: client in/out, server in/out)."""
     pending = [client_end, server_end]
     for _ in range(8):
         for end in list(pending):
@@ -53,6 +50,16 @@ def _served_serial(server: ssl.SSLContext, ca: trustme.CA) -> int:
         bios[0].write(bios[3].read())
         if not pending:
             break
+
+
+def _served_serial(server: ssl.SSLContext, ca: trustme.CA) -> int:
+    """The serial number of the certificate ``server`` presents (handshake in memory)."""
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    client_end = client.wrap_bio(bios[0], bios[1], server_hostname="localhost")
+    server_end = server.wrap_bio(bios[2], bios[3], server_side=True)
+    _handshake(client_end, server_end, bios)
     certificate = client_end.getpeercert()
     assert certificate is not None
     return int(certificate["serialNumber"], 16)
@@ -192,19 +199,8 @@ def _client_serial_seen_by(server_ca: trustme.CA, client: ssl.SSLContext) -> int
     bios = [ssl.MemoryBIO() for _ in range(4)]
     client_end = client.wrap_bio(bios[0], bios[1], server_hostname="runtimed.test")
     server_end = server.wrap_bio(bios[2], bios[3], server_side=True)
-    pending = [client_end, server_end]
     try:
-        for _ in range(8):
-            for end in list(pending):
-                try:
-                    end.do_handshake()
-                    pending.remove(end)
-                except ssl.SSLWantReadError:
-                    pass
-            bios[2].write(bios[1].read())
-            bios[0].write(bios[3].read())
-            if not pending:
-                break
+        _handshake(client_end, server_end, bios)
     except ssl.SSLError:
         return None
     seen = server_end.getpeercert()
