@@ -75,7 +75,7 @@ async def watch_files(
         if now != loaded:
             try:
                 if now is None:
-                    raise FileNotFoundError(f"{what}: missing {_missing(paths)}")
+                    raise FileNotFoundError(f"missing {_missing(paths)}")
                 reload()
             except not_usable as exc:
                 if now != reported:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 from pathlib import Path
 
 import click
@@ -30,7 +31,12 @@ from krt import logs
 from krt.gc_tuning import freeze_startup_heap
 from runtimed.daemon import DaemonConfig, serve_daemon
 from runtimed.dataplane.app import DataplaneSettings
-from runtimed.dataplane.peer import PeerTLSError, load_peer_tls, peer_tls_present
+from runtimed.dataplane.peer import (
+    PeerTLSAppeared,
+    PeerTLSError,
+    load_peer_tls,
+    peer_tls_present,
+)
 from runtimed.functions.settings import (
     DEFAULT_GATEWAY_URL,
     FunctionSettings,
@@ -217,6 +223,7 @@ def main(
     except OSError as exc:
         raise click.UsageError(f"--workspace-dir {str(workspace_root)!r}: {exc.strerror}") from None
     warnings: list[str] = []
+    awaited_peer_tls_dir: Path | None = None
     if peer_tls_dir is not None:
         peer_tls_dir = _under_root(peer_tls_dir, path_root)
         try:
@@ -226,9 +233,10 @@ def main(
                 warnings.append(
                     f"--peer-tls-dir {str(peer_tls_dir)!r} holds no tls.crt, tls.key, ca.crt "
                     "(the peer TLS Secret does not exist yet?): the Service port is plaintext "
-                    "and peer hops are off; restart this Pod once the Secret exists"
+                    "and peer hops are off until the files appear; runtimed then stops so "
+                    "that its container restarts serving TLS"
                 )
-                peer_tls_dir = None
+                awaited_peer_tls_dir, peer_tls_dir = peer_tls_dir, None
         except PeerTLSError as exc:
             raise click.UsageError(str(exc)) from None
     ca_bundle: bytes | None = None
@@ -267,12 +275,34 @@ def main(
         git=git,
         timings=TaskTimings(rleg_period=rleg_period),
         dataplane=DataplaneSettings(
-            host=pod_ip or "", port=runtimed_port, peer_tls_dir=peer_tls_dir
+            host=pod_ip or "",
+            port=runtimed_port,
+            peer_tls_dir=peer_tls_dir,
+            awaited_peer_tls_dir=awaited_peer_tls_dir,
         ),
         functions=functions,
     )
     freeze_startup_heap()
-    trio.run(_run_until_signal, config)
+    try:
+        trio.run(_run_until_signal, config)
+    except BaseException as exc:
+        appeared = _appeared(exc)
+        if appeared is None:
+            raise
+        log.warning("%s: stopping so that the container restarts serving TLS", appeared)
+        sys.exit(0)
+
+
+def _appeared(exc: BaseException) -> PeerTLSAppeared | None:
+    """The :class:`PeerTLSAppeared` in ``exc`` (nurseries wrap it in exception groups)."""
+    if isinstance(exc, PeerTLSAppeared):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _appeared(inner)
+            if found is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

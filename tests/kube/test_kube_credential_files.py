@@ -37,7 +37,7 @@ from krt.kube.kr8s_auth import (
     uses_client_certificate,
 )
 from krt.kube.resources import NAMESPACES
-from krt.kube.tls_material import Pem, TlsMaterial, build_ssl_context
+from krt.kube.tls_material import Pem, TlsMaterial, TlsMaterialError, build_ssl_context
 from localkube.apiserver import ApiServerHandle
 
 USER = "krt-test-user"
@@ -455,7 +455,9 @@ def test_inline_client_key_is_loaded_without_leaving_a_file(
     assert build_ssl_context(TlsMaterial(client_cert=cert, client_key=key)) is not None
     # a key that does not match the certificate is refused, and nothing is left either
     other = trustme.CA().issue_cert("x.example").private_key_pem.bytes()
-    with pytest.raises(ssl.SSLError):
+    with pytest.raises(
+        TlsMaterialError, match=r"client-key-data\) do not load: key values mismatch"
+    ):
         build_ssl_context(TlsMaterial(client_cert=cert, client_key=Pem(data=other)))
     assert leftovers(private) == []
 
@@ -530,3 +532,25 @@ def test_kr8s_passes_the_auth_arguments_relied_on() -> None:
     # kr8s's Api gives its KubeAuth exactly these arguments; a new one would be lost
     parameters = set(inspect.signature(KubeAuth.__init__).parameters) - {"self"}
     assert parameters == set(AUTH_ARGUMENTS)
+
+
+async def test_a_client_key_that_does_not_match_is_a_configuration_error(
+    apiserver: ApiServerHandle, client_leaf: trustme.LeafCert, tmp_path: Path
+) -> None:
+    other_key = trustme.CA().issue_cert("x.example").private_key_pem.bytes()
+    config = write_kubeconfig(
+        tmp_path / "kubeconfig",
+        server=apiserver.url,
+        cluster={"certificate-authority-data": b64(apiserver.ca_pem)},
+        user={
+            "token": apiserver.admin_token,
+            **inline_user(client_leaf),
+            "client-key-data": b64(other_key),
+        },
+    )
+    with pytest.raises(ConfigError) as caught:
+        await connect(kubeconfig=config)
+    message = str(caught.value)
+    assert message.startswith("the kubeconfig's TLS settings: the client certificate and key")
+    assert "client-key-data) do not load: key values mismatch" in message
+    assert "reach" not in message

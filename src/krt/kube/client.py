@@ -58,6 +58,7 @@ from krt.kube.interface import KubeClient, Obj, PatchType
 from krt.kube.kr8s_auth import scrubbing_auth_for, uses_client_certificate
 from krt.kube.kubeconfig_files import kubeconfig_problem, loader_problem, missing_kubeconfig_problem
 from krt.kube.resources import ResourceRef
+from krt.kube.tls_material import TlsMaterialError
 
 __all__ = [
     "DEFAULT_SERVICEACCOUNT_DIR",
@@ -232,7 +233,10 @@ async def _open_pool(api: Any) -> Http11Pool:
             proxy_authorization = _basic_authorization(str(proxy_url))
         context: ssl.SSLContext | None = None
         if origin.tls:
-            verify = await auth.ssl_context()
+            try:
+                verify = await auth.ssl_context()
+            except TlsMaterialError as exc:
+                raise ConfigError(f"the kubeconfig's TLS settings: {exc}") from exc
             # kr8s answers True for "no CA/certificate configured": httpx's default context
             # (certifi's trust store), which kr8s's httpx session used.
             context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context()

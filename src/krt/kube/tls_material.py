@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from krt.pem_files import pem_file
 
-__all__ = ["Pem", "TlsMaterial", "build_ssl_context"]
+__all__ = ["Pem", "TlsMaterial", "TlsMaterialError", "build_ssl_context"]
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,9 @@ def build_ssl_context(material: TlsMaterial) -> ssl.SSLContext | None:
         its default context: the system / certifi trust store).
 
     Raises:
-        ssl.SSLError: a certificate or key that does not parse, or a key that does not
-            match the certificate.
-        OSError: a file named by path cannot be read.
+        TlsMaterialError: a certificate or key that does not parse, a key that does not match
+            the certificate, or a file named by path that cannot be read (the message names
+            the kubeconfig entries).
     """
     if material.is_empty:
         return None
@@ -106,16 +106,49 @@ def build_ssl_context(material: TlsMaterial) -> ssl.SSLContext | None:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     if material.client_cert is not None and material.client_key is not None:
-        with ExitStack() as stack:
-            certfile = stack.enter_context(_readable_file(material.client_cert, "client.crt"))
-            keyfile = stack.enter_context(_readable_file(material.client_key, "client.key"))
-            context.load_cert_chain(certfile=certfile, keyfile=keyfile, password=None)
+        try:
+            with ExitStack() as stack:
+                certfile = stack.enter_context(_readable_file(material.client_cert, "client.crt"))
+                keyfile = stack.enter_context(_readable_file(material.client_key, "client.key"))
+                context.load_cert_chain(certfile=certfile, keyfile=keyfile, password=None)
+        except (ssl.SSLError, OSError) as exc:
+            entries = (
+                f"{_entry(material.client_cert, 'client-certificate')} and "
+                f"{_entry(material.client_key, 'client-key')}"
+            )
+            raise TlsMaterialError(
+                f"the client certificate and key ({entries}) do not load: {_reason(exc)}"
+            ) from exc
     if material.ca is not None:
-        if material.ca.path is not None:
-            context.load_verify_locations(cafile=material.ca.path)
-        else:
-            context.load_verify_locations(cadata=_cadata(material.ca.data or b""))
+        try:
+            if material.ca.path is not None:
+                context.load_verify_locations(cafile=material.ca.path)
+            else:
+                context.load_verify_locations(cadata=_cadata(material.ca.data or b""))
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise TlsMaterialError(
+                f"the CA ({_entry(material.ca, 'certificate-authority')}) does not load: "
+                f"{_reason(exc)}"
+            ) from exc
     return context
+
+
+class TlsMaterialError(ValueError):
+    """The kubeconfig's TLS material does not load (the message names the entries)."""
+
+
+def _entry(pem: Pem, key: str) -> str:
+    """How the kubeconfig gives ``pem``: ``client-key-data``, or ``client-key /path``."""
+    return f"{key}-data" if pem.path is None else f"{key} {pem.path}"
+
+
+def _reason(exc: BaseException) -> str:
+    """OpenSSL's reason (``KEY_VALUES_MISMATCH`` -> ``key values mismatch``) or the error."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str) and reason:
+        return reason.lower().replace("_", " ")
+    strerror = getattr(exc, "strerror", None)
+    return str(strerror or exc)
 
 
 def _cadata(data: bytes) -> str | bytes:

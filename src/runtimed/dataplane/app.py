@@ -33,7 +33,7 @@ from runtimed.dataplane.authz import AuthzCache, KubeReviewer
 from runtimed.dataplane.channels import open_channels
 from runtimed.dataplane.metrics import DataplaneMetrics
 from runtimed.dataplane.ownership import OwnershipCache
-from runtimed.dataplane.peer import load_peer_tls, watch_peer_tls
+from runtimed.dataplane.peer import await_peer_tls, load_peer_tls, watch_peer_tls
 from runtimed.dataplane.proxy import InvokeProxy, ProxyIdentity, Registrations
 from runtimed.dataplane.server import serve_grpc
 from runtimed.identity import PodIdentity
@@ -52,11 +52,16 @@ class DataplaneSettings:
         port: runtimed's gRPC Service port (``RUNTIMED_PORT``; 0 picks one in tests).
         peer_tls_dir: directory with ``tls.crt``, ``tls.key``, ``ca.crt`` (mounted Secret),
             or ``None``: plaintext port and no peer hops.
+        awaited_peer_tls_dir: with ``peer_tls_dir`` ``None``, the peer TLS directory that
+            was empty at start (the optional Secret did not exist yet): once it holds
+            usable material, :class:`~runtimed.dataplane.peer.PeerTLSAppeared` stops
+            runtimed so that its container restarts serving TLS.
     """
 
     host: str = ""
     port: int = RUNTIMED_GRPC_PORT
     peer_tls_dir: Path | None = None
+    awaited_peer_tls_dir: Path | None = None
 
 
 async def serve_dataplane(
@@ -109,6 +114,8 @@ async def serve_dataplane(
         await nursery.start(pods.run)
         if tls is not None and settings.peer_tls_dir is not None:
             nursery.start_soon(watch_peer_tls, tls, settings.peer_tls_dir)
+        elif settings.awaited_peer_tls_dir is not None:
+            nursery.start_soon(await_peer_tls, settings.awaited_peer_tls_dir)
         await runs.wait_synced()
         cache.mark_synced()
         async with (

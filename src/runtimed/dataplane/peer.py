@@ -45,12 +45,15 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio.abc
+import trio
 from anyio.streams.tls import TLSAttribute
 
 from krt.file_watch import watch_files
 from krt.pem_files import load_cert_chain_bytes
 
 __all__ = [
+    "PeerTLSAppeared",
+    "await_peer_tls",
     "PEER_TLS_FILES",
     "PeerTLS",
     "PeerTLSError",
@@ -248,6 +251,46 @@ def reload_peer_tls(tls: PeerTLS, directory: Path) -> None:
     for context in (tls.server, tls.client):
         _load_pair(context, files)
         context.load_verify_locations(cadata=files.ca)
+
+
+class PeerTLSAppeared(Exception):  # noqa: N818 - an event, not an error
+    """The peer TLS material a plaintext runtimed was started without is there now.
+
+    runtimed cannot switch its Service port from plaintext to TLS in place; it stops, so
+    that its container restarts and serves TLS (:func:`await_peer_tls`).
+
+    Attributes:
+        directory: the ``--peer-tls-dir`` that now holds usable material.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(f"peer TLS material appeared in {str(directory)!r}")
+        self.directory = directory
+
+
+async def await_peer_tls(directory: Path, *, period: float = RELOAD_PERIOD_SECONDS) -> None:
+    """Raise :class:`PeerTLSAppeared` once ``directory`` holds usable peer TLS material.
+
+    For a runtimed started while the optional peer TLS Secret did not exist: it serves
+    plaintext, which a gateway that requires mTLS cannot reach, so its functions would stay
+    Ready yet uninvocable until someone restarts the Pod. Looks every ``period`` seconds;
+    material that is incomplete or does not load is waited out (the next look tries again).
+
+    Args:
+        directory: the mounted Secret's directory (``--peer-tls-dir``).
+        period: seconds between looks.
+
+    Raises:
+        PeerTLSAppeared: the three files are there and load.
+    """
+    while True:
+        await trio.sleep(period)
+        try:
+            if peer_tls_present(directory):
+                load_peer_tls(directory)
+                raise PeerTLSAppeared(directory)
+        except PeerTLSError:
+            continue
 
 
 async def watch_peer_tls(

@@ -25,7 +25,9 @@ from runtimed.__main__ import main
 from runtimed.daemon import DaemonConfig
 from runtimed.dataplane.peer import (
     PeerTLS,
+    PeerTLSAppeared,
     PeerTLSError,
+    await_peer_tls,
     load_peer_tls,
     peer_tls_present,
     reload_peer_tls,
@@ -120,6 +122,7 @@ def test_an_empty_optional_peer_volume_starts_plaintext_with_a_warning(
     (config,) = started
     assert config.dataplane is not None
     assert config.dataplane.peer_tls_dir is None  # plaintext port, no hops
+    assert config.dataplane.awaited_peer_tls_dir == directory  # until the files appear
     assert any("peer hops are off" in w and str(directory) in w for w in warnings), warnings
 
 
@@ -311,3 +314,33 @@ def test_files_that_change_while_reloading_leave_the_contexts_intact(
     # both contexts still hold the old, matching pair
     assert _handshake(tls.server, _trusting(first.ca)) == old_serial
     assert _handshake(load_peer_tls(tmp_path).server, tls.client) == _serial(tmp_path)
+
+
+async def test_a_plaintext_runtimed_stops_once_the_peer_material_appears(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    from runtimed.__main__ import _appeared
+
+    directory = tmp_path / "peer-tls"
+    directory.mkdir()  # the optional Secret does not exist yet: an empty volume
+    with pytest.raises(BaseExceptionGroup) as caught:  # noqa: PT012 - the files land meanwhile
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(await_peer_tls, directory, period=30.0))
+            await trio.sleep(40)
+            (directory / "tls.crt").write_bytes(b"not yet")  # half a Secret: waited out
+            await trio.sleep(40)
+            write_peer_tls(directory)
+            await trio.sleep(35)
+            pytest.fail("runtimed kept serving plaintext after the material appeared")
+    appeared = _appeared(caught.value)
+    assert appeared is not None
+    assert appeared.directory == directory
+    assert trio.current_time() < 120
+
+
+def test_runtimed_exits_cleanly_for_its_container_to_restart() -> None:
+    from runtimed.__main__ import _appeared
+
+    appeared = PeerTLSAppeared(Path("/x"))
+    assert _appeared(BaseExceptionGroup("nursery", [ValueError("a"), appeared])) is appeared
+    assert _appeared(ValueError("other")) is None
