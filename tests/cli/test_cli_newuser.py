@@ -241,7 +241,7 @@ def test_stuck_summary_gives_reason_message_and_advice() -> None:
     text = stuck_summary(pending_function("InsufficientCapacity", FULL))
     assert text.startswith(f"still Pending (InsufficientCapacity: {FULL}): ")
     assert "krt delete Runs you no longer need" in text
-    assert "kubectl scale runtime python --replicas=N" in text
+    assert "kubectl scale runtime python -n default --replicas=N" in text
     assert text.endswith("see krt describe wc")
 
 
@@ -277,7 +277,11 @@ def test_progress_says_once_what_would_unblock_a_pending_run(tty: bool) -> None:
     progress.update(pending_function("NoReadyPod", "no ready Pod"))
     advice = [line for line in stream.getvalue().splitlines() if "wc: " in line and ":" in line]
     full = [line for line in advice if "krt delete Runs you no longer need" in line]
-    no_pod = [line for line in advice if "kubectl get pods -l kruntimes.io/runtime=python" in line]
+    no_pod = [
+        line
+        for line in advice
+        if "kubectl get pods -n default -l kruntimes.io/runtime=python" in line
+    ]
     assert len(full) == 1
     assert len(no_pod) == 1
 

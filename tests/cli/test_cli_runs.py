@@ -532,7 +532,9 @@ async def test_run_wait_interrupted_says_the_run_keeps_running(
     monkeypatch.setattr(run_cmd_module, "await_final", interrupted)
     result = await cli("run", "ctrlc", "--runtime", "bash", "--wait", "--", "x")
     assert result.exit_code == ExitCode.INTERRUPTED
-    assert result.stderr.strip().splitlines()[-1] == (
-        "error: interrupted; run.kruntimes.io/ctrlc keeps running "
-        "(krt cancel ctrlc stops it, krt logs ctrlc shows its output)"
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: interrupted; run.kruntimes.io/ctrlc keeps running (krt cancel ctrlc -n default "
     )
+    assert "stops it, krt logs ctrlc -n default " in last
+    assert last.endswith("shows it)")

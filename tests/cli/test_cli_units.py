@@ -480,3 +480,17 @@ def test_wait_summary_line_does_not_repeat_the_phase_as_reason() -> None:
         == "run.kruntimes.io/r Failed: TaskFailed - exit code 1"
     )
     assert _final_line(run()) == "run.kruntimes.io/r Pending"
+
+
+def test_the_ctrl_c_note_repeats_the_connection_flags() -> None:
+    from krt.cli.connection import KubeTarget
+    from krt.cli.run_cmd import keeps_running_note
+
+    target = KubeTarget(kubeconfig=Path("/k/my config"), context="kind-a", namespace=None)
+    note = keeps_running_note(target, [("r", "team-a")], stop="delete", output="describe")
+    flags = "-n team-a --context kind-a --kubeconfig '/k/my config'"
+    assert note == (
+        f"run.kruntimes.io/r keeps running (krt delete r {flags} stops it, "
+        f"krt describe r {flags} shows it)"
+    )
+    assert keeps_running_note(target, [], stop="cancel", output="logs") is None

@@ -11,6 +11,7 @@ directly.
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -38,6 +39,19 @@ class KubeTarget:
     kubeconfig: Path | None = None
     context: str | None = None
     namespace: str | None = None
+
+    def flags(self, namespace: str) -> str:
+        """These options as ``krt`` flags for a follow-up command, in ``namespace``.
+
+        Args:
+            namespace: the namespace the command worked in (always given: explicit).
+        """
+        parts = [f"-n {shlex.quote(namespace)}"]
+        if self.context is not None:
+            parts.append(f"--context {shlex.quote(self.context)}")
+        if self.kubeconfig is not None:
+            parts.append(f"--kubeconfig {shlex.quote(str(self.kubeconfig))}")
+        return " ".join(parts)
 
 
 def kube_options(func: F) -> F:

@@ -30,7 +30,7 @@ from krt.cli.params import (
     read_source,
 )
 from krt.cli.printing import OutputFormat, render_objects
-from krt.cli.run_cmd import common_options
+from krt.cli.run_cmd import common_options, keeps_running_note
 from krt.cli.waiting import Progress, target_reached, time_limit, wait_with_progress
 
 Obj = dict[str, Any]
@@ -119,6 +119,11 @@ def create_cmd(
         backoff_seconds=backoff,
     )
 
+    created_function: list[tuple[str, str]] = []
+
+    def still_there() -> str | None:
+        return keeps_running_note(target, created_function, stop="delete", output="describe")
+
     async def main() -> None:
         async with open_kube(target) as kube:
             manifest = function_run(
@@ -131,6 +136,7 @@ def create_cmd(
                 idle_timeout_seconds=idle_timeout,
             )
             created = await create_run(kube, manifest, what=f"creating function {name}")
+            created_function.append((created["metadata"]["name"], kube.namespace))
             if not wait:
                 _print(created, output)
                 return
@@ -159,7 +165,7 @@ def create_cmd(
         click.echo(f"function {name} is Ready", err=True)
         _print(final, output)
 
-    run_async(main)
+    run_async(main, on_interrupt=still_there)
 
 
 #: The file each built-in Runtime loads a handler ``m.f`` from (seed 002, adapter rules).

@@ -188,16 +188,10 @@ def run_cmd(
         backoff_seconds=backoff,
     )
 
-    created_name: list[str] = []
+    created: list[tuple[str, str]] = []  # (name, namespace) once the Run exists
 
     def still_running() -> str | None:
-        if not created_name:
-            return None
-        run_name = created_name[0]
-        return (
-            f"run.kruntimes.io/{run_name} keeps running "
-            f"(krt cancel {run_name} stops it, krt logs {run_name} shows its output)"
-        )
+        return keeps_running_note(target, created, stop="cancel", output="logs")
 
     async def main() -> ExitCode:
         async with open_kube(target) as kube:
@@ -210,19 +204,19 @@ def run_cmd(
                 entrypoint=entrypoint,
                 args=args,
             )
-            created = await create_run(
+            created_run = await create_run(
                 kube, manifest, what=f"creating the Run in namespace {kube.namespace}"
             )
-            run_name = created["metadata"]["name"]
-            created_name.append(run_name)
+            run_name = created_run["metadata"]["name"]
+            created.append((run_name, kube.namespace))
             if not (wait or follow):
-                _print_created(created, output)
+                _print_created(created_run, output)
                 return ExitCode.OK
             if output == "table":
                 click.echo(f"run.kruntimes.io/{run_name} created", err=True)
             progress = Progress(run_name)
             with time_limit(wait_timeout, f"Run {run_name} did not finish", progress=progress):
-                final = await await_final(kube, created, follow=follow, progress=progress)
+                final = await await_final(kube, created_run, follow=follow, progress=progress)
         return report_final(final, output)
 
     sys.exit(int(run_async(main, on_interrupt=still_running)))
@@ -230,6 +224,27 @@ def run_cmd(
 
 #: What a user types first when they think the args are a whole command line.
 _PYTHON_COMMANDS = frozenset({"python", "python3"})
+
+
+def keeps_running_note(
+    target: KubeTarget, created: list[tuple[str, str]], *, stop: str, output: str
+) -> str | None:
+    """On Ctrl-C after a Run was created: that it keeps running, and the commands for it.
+
+    Args:
+        target: the command's connection options (repeated in the advice).
+        created: ``[(name, namespace)]`` once the Run exists, else empty.
+        stop: the krt command that stops it (``cancel`` or ``delete``).
+        output: the krt command that shows it (``logs`` or ``describe``).
+    """
+    if not created:
+        return None
+    name, namespace = created[0]
+    flags = target.flags(namespace)
+    return (
+        f"run.kruntimes.io/{name} keeps running "
+        f"(krt {stop} {name} {flags} stops it, krt {output} {name} {flags} shows it)"
+    )
 
 
 def check_builtin_runtime_args(runtime: str, args: tuple[str, ...], *, has_script: bool) -> None:

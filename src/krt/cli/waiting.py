@@ -155,13 +155,15 @@ def time_limit(
 PENDING_ADVICE = {
     "InsufficientCapacity": (
         "every ready Pod of Runtime {runtime} is full (Ready functions hold their capacity): "
-        "krt delete Runs you no longer need (krt get), or add Pods: kubectl scale runtime "
-        "{runtime} --replicas=N"
+        "krt delete Runs you no longer need (krt get -n {namespace}), or add Pods: "
+        "kubectl scale runtime {runtime} -n {namespace} --replicas=N"
     ),
     "NoReadyPod": (
-        "Runtime {runtime} has no ready Pod: kubectl get pods -l kruntimes.io/runtime={runtime}"
+        "Runtime {runtime} has no ready Pod: kubectl get pods -n {namespace} "
+        "-l kruntimes.io/runtime={runtime}"
     ),
-    "RuntimeNotFound": "there is no Runtime {runtime} here: krt runtime list",
+    "RuntimeNotFound": "there is no Runtime {runtime} in namespace {namespace}: "
+    "krt runtime list -n {namespace}",
 }
 
 
@@ -185,7 +187,8 @@ def pending_advice(obj: Obj) -> str:
     if advice is None:
         return ""
     runtime = str((obj.get("spec") or {}).get("runtime") or "NAME")
-    return advice.format(runtime=runtime)
+    namespace = str((obj.get("metadata") or {}).get("namespace") or "default")
+    return advice.format(runtime=runtime, namespace=namespace)
 
 
 def stuck_summary(obj: Obj) -> str:

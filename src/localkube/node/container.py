@@ -184,6 +184,9 @@ class ContainerRunner:
                 return
             if not should_restart(self.restart_policy, exit_code):
                 return
+            # lastState is the run that ended (reason Completed/Error/OOMKilled...), taken
+            # before the back-off wait puts CrashLoopBackOff in the current state
+            ended = self.obs.terminated_state()
             delay = self.backoff.next_delay(time.time() - started)
             if delay > 0:
                 self._set(
@@ -195,7 +198,7 @@ class ContainerRunner:
                 self.record("Warning", "BackOff", "Back-off restarting failed container")
                 if await self._wait_or_stop(delay):
                     return
-            self.obs.last_terminated = self.obs.terminated_state()
+            self.obs.last_terminated = ended
             self.obs.restart_count += 1
 
     async def _run_once(self, argv: list[str], env: dict[str, str]) -> int:

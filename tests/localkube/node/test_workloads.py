@@ -330,6 +330,9 @@ async def test_restart_policies(kube: Kube) -> None:
 
     p = await eventually(restarted_twice, what="OnFailure restarts")
     assert p["status"]["phase"] == "Running"
+    # lastState is the run that ended (as the kubelet reports it), never the back-off
+    last = p["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert (last["reason"], last["exitCode"]) == ("Error", 1)
 
 
 async def test_liveness_failure_restarts_container(kube: Kube, cluster: ClusterHandle) -> None:
