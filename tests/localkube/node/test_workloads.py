@@ -139,15 +139,18 @@ async def test_template_change_rolls_pods(kube: Kube) -> None:
     assert old_rs["spec"]["replicas"] == 0
 
     async def complete() -> dict[str, Any] | None:
+        # kubectl rollout status's test: every replica updated and available, and the
+        # Progressing condition says the new ReplicaSet is available (written a moment
+        # after the counts: the same status may show ReplicaSetUpdated first)
         d = await kube.get(f"{DEPLOYMENTS}/roll")
         st = (d or {}).get("status") or {}
         ok = st.get("observedGeneration") == 2 and st.get("updatedReplicas") == 2
-        return st if ok and st.get("replicas") == 2 else None
+        reasons = {c["type"]: c["reason"] for c in st.get("conditions") or []}
+        done = reasons.get("Progressing") == "NewReplicaSetAvailable"
+        return st if ok and st.get("replicas") == 2 and done else None
 
     st = await eventually(complete, what="rollout complete")
-    assert {c["type"]: c["reason"] for c in st["conditions"]}[
-        "Progressing"
-    ] == "NewReplicaSetAvailable"
+    assert st["availableReplicas"] == 2
 
 
 async def test_killed_container_restarts_and_bumps_restart_count(kube: Kube) -> None:
