@@ -494,3 +494,21 @@ def test_the_ctrl_c_note_repeats_the_connection_flags() -> None:
         f"krt describe r {flags} shows it)"
     )
     assert keeps_running_note(target, [], stop="cancel", output="logs") is None
+
+
+def test_waiting_for_a_ready_function_to_finish_says_how_long_that_may_be() -> None:
+    from krt.cli.runs_cmd import _function_wait_hint
+
+    ready_function = {
+        "metadata": {"name": "fn"},
+        "spec": {"mode": {"function": {"handler": "m.f"}}},
+        "status": {"phase": "Ready"},
+    }
+    assert "fn is a Ready function Run" in _function_wait_hint(ready_function, "finished")
+    assert _function_wait_hint(ready_function, "ready") == ""
+    task = {
+        "metadata": {"name": "t"},
+        "spec": {"mode": {"task": {}}},
+        "status": {"phase": "Running"},
+    }
+    assert _function_wait_hint(task, "finished") == ""

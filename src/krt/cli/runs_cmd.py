@@ -451,7 +451,10 @@ async def wait_run(
                 or (target_kind is WaitTarget.READY and phase is Phase.READY)
             )
 
-        await get_object(kube, RUNS, name, kube.namespace)
+        current = await get_object(kube, RUNS, name, kube.namespace)
+        hint = _function_wait_hint(current, condition)
+        if hint:
+            click.echo(hint, err=True)
         progress = Progress(name)
         with time_limit(limit, f"Run {name} did not reach {condition}", progress=progress):
             final = await wait_with_progress(kube, kube.namespace, name, done, progress)
@@ -463,6 +466,19 @@ async def wait_run(
     if wanted is not None:
         return ExitCode.OK if phase == wanted else ExitCode.RUN_UNSUCCESSFUL
     return ExitCode.OK if phase is Phase.SUCCEEDED else ExitCode.RUN_UNSUCCESSFUL
+
+
+def _function_wait_hint(run: Obj, condition: str) -> str:
+    """A note when waiting for a Ready function Run to finish: that may take its whole life."""
+    function = ((run.get("spec") or {}).get("mode") or {}).get("function")
+    phase = (run.get("status") or {}).get("phase")
+    if condition != "finished" or not function or phase != "Ready":
+        return ""
+    name = run["metadata"]["name"]
+    return (
+        f"{name} is a Ready function Run: it finishes only when deleted, cancelled or idle "
+        "for its idleTimeoutSeconds; --for ready returns at once, --timeout bounds the wait"
+    )
 
 
 def _final_line(run: Obj) -> str:
