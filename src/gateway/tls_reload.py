@@ -37,7 +37,7 @@ from typing import Final, NoReturn
 from hypercorn.config import Config as HypercornConfig
 
 from krt.file_watch import watch_files
-from krt.pem_files import load_cert_chain_bytes
+from krt.pem_files import ca_pem_text, load_cert_chain_bytes
 
 __all__ = [
     "RELOAD_PERIOD_SECONDS",
@@ -163,62 +163,71 @@ class UpstreamTLS:
 
 @dataclass(frozen=True)
 class _UpstreamBytes:
-    """The upstream files' contents, each read once."""
+    """The upstream files' names and contents, each file read once."""
 
-    ca: bytes | None
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    ca: str | None
     cert: bytes | None
     key: bytes | None
 
+    @classmethod
+    def read(
+        cls, ca_file: str | None, cert_file: str | None, key_file: str | None
+    ) -> _UpstreamBytes:
+        """Read the files given.
 
-def _read_upstream(
-    ca_file: str | None, cert_file: str | None, key_file: str | None
-) -> _UpstreamBytes:
-    return _UpstreamBytes(
-        ca=_read("--upstream-ca-file", ca_file) if ca_file is not None else None,
-        cert=_read("--upstream-cert-file", cert_file) if cert_file is not None else None,
-        key=_read("--upstream-key-file", key_file) if key_file is not None else None,
-    )
-
-
-def _load_upstream(
-    context: ssl.SSLContext, material: _UpstreamBytes, upstream: UpstreamTLS
-) -> None:
-    """Add the CA to what ``context`` trusts and load the client pair into it.
-
-    Raises:
-        TLSFilesError: naming the option(s) whose content did not load.
-    """
-    if material.ca is not None:
-        try:
-            context.load_verify_locations(cadata=material.ca.decode("ascii", "replace"))
-        except (ssl.SSLError, ValueError) as exc:
-            raise TLSFilesError(f"--upstream-ca-file {upstream.ca_file!r}: {exc}") from exc
-    if material.cert is not None and material.key is not None:
-        try:
-            load_cert_chain_bytes(context, material.cert, material.key)
-        except ssl.SSLError as exc:
-            raise TLSFilesError(
-                f"--upstream-cert-file {upstream.cert_file!r} / "
-                f"--upstream-key-file {upstream.key_file!r}: {exc}"
-            ) from exc
-
-
-def _upstream_context(material: _UpstreamBytes, upstream: UpstreamTLS) -> ssl.SSLContext:
-    """A fresh client context: only the CA file when given (else the system roots)."""
-    context = ssl.create_default_context(
-        cadata=None if material.ca is None else _ca_text(material.ca, upstream)
-    )
-    _load_upstream(context, _UpstreamBytes(None, material.cert, material.key), upstream)
-    return context
-
-
-def _ca_text(ca: bytes, upstream: UpstreamTLS) -> str:
-    text = ca.decode("ascii", "replace")
-    if "-----BEGIN CERTIFICATE-----" not in text:
-        raise TLSFilesError(
-            f"--upstream-ca-file {upstream.ca_file!r}: no PEM certificate in the file"
+        Raises:
+            TLSFilesError: a file cannot be read, or the CA file holds no PEM certificate.
+        """
+        ca: str | None = None
+        if ca_file is not None:
+            try:
+                ca = ca_pem_text(_read("--upstream-ca-file", ca_file))
+            except ValueError as exc:
+                raise TLSFilesError(f"--upstream-ca-file {ca_file!r}: {exc}") from exc
+        return cls(
+            ca_file,
+            cert_file,
+            key_file,
+            ca=ca,
+            cert=_read("--upstream-cert-file", cert_file) if cert_file is not None else None,
+            key=_read("--upstream-key-file", key_file) if key_file is not None else None,
         )
-    return text
+
+    def load_into(self, context: ssl.SSLContext, *, with_ca: bool = True) -> None:
+        """Add the CA (``with_ca``) to what ``context`` trusts and load the client pair.
+
+        Raises:
+            TLSFilesError: naming the option(s) whose content did not load.
+        """
+        if with_ca and self.ca is not None:
+            try:
+                context.load_verify_locations(cadata=self.ca)
+            except ssl.SSLError as exc:
+                raise TLSFilesError(f"--upstream-ca-file {self.ca_file!r}: {exc}") from exc
+        if self.cert is not None and self.key is not None:
+            try:
+                load_cert_chain_bytes(context, self.cert, self.key)
+            except ssl.SSLError as exc:
+                raise TLSFilesError(
+                    f"--upstream-cert-file {self.cert_file!r} / "
+                    f"--upstream-key-file {self.key_file!r}: {exc}"
+                ) from exc
+
+    def fresh_context(self) -> ssl.SSLContext:
+        """A new client context: only the CA file when given (else the system roots).
+
+        Raises:
+            TLSFilesError: the CA or the client pair does not load.
+        """
+        try:
+            context = ssl.create_default_context(cadata=self.ca)
+        except ssl.SSLError as exc:
+            raise TLSFilesError(f"--upstream-ca-file {self.ca_file!r}: {exc}") from exc
+        self.load_into(context, with_ca=False)
+        return context
 
 
 def upstream_tls(
@@ -234,11 +243,7 @@ def upstream_tls(
         return None
     if (cert_file is None) != (key_file is None):
         raise TLSFilesError("--upstream-cert-file and --upstream-key-file go together")
-    named = UpstreamTLS(ssl.create_default_context(), ca_file, cert_file, key_file)
-    try:
-        context = _upstream_context(_read_upstream(ca_file, cert_file, key_file), named)
-    except ssl.SSLError as exc:
-        raise TLSFilesError(f"--upstream-ca-file {ca_file!r}: {exc}") from exc
+    context = _UpstreamBytes.read(ca_file, cert_file, key_file).fresh_context()
     return UpstreamTLS(context, ca_file, cert_file, key_file)
 
 
@@ -252,12 +257,9 @@ def reload_upstream_tls(upstream: UpstreamTLS) -> None:
     Raises:
         TLSFilesError: a file cannot be read or does not load.
     """
-    material = _read_upstream(upstream.ca_file, upstream.cert_file, upstream.key_file)
-    try:
-        _upstream_context(material, upstream)
-    except ssl.SSLError as exc:
-        raise TLSFilesError(f"--upstream-ca-file {upstream.ca_file!r}: {exc}") from exc
-    _load_upstream(upstream.context, material, upstream)
+    material = _UpstreamBytes.read(upstream.ca_file, upstream.cert_file, upstream.key_file)
+    material.fresh_context()
+    material.load_into(upstream.context)
 
 
 async def watch_upstream_tls(

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["load_cert_chain_bytes", "pem_file"]
+__all__ = ["ca_pem_text", "load_cert_chain_bytes", "pem_file"]
 
 #: Where a memfd's content can be opened by name (Linux).
 _PROC_FD = Path("/proc/self/fd")
@@ -59,6 +59,18 @@ def pem_file(data: bytes, name: str) -> Iterator[str]:
         finally:
             os.close(fd)
         yield path
+
+
+def ca_pem_text(data: bytes) -> str:
+    """A CA bundle's bytes as the text ``load_verify_locations(cadata=...)`` takes.
+
+    Raises:
+        ValueError: no PEM certificate in it (``cadata`` as text must be PEM).
+    """
+    text = data.decode("ascii", "replace")
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise ValueError("no PEM certificate in it")
+    return text
 
 
 def load_cert_chain_bytes(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:

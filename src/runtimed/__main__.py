@@ -28,6 +28,7 @@ import click
 import trio
 
 from krt import logs
+from krt.exception_groups import first_leaf
 from krt.gc_tuning import freeze_startup_heap
 from runtimed.daemon import DaemonConfig, serve_daemon
 from runtimed.dataplane.app import DataplaneSettings
@@ -295,15 +296,5 @@ def main(
 
 def _appeared(exc: BaseException) -> PeerTLSAppeared | None:
     """The :class:`PeerTLSAppeared` in ``exc`` (nurseries wrap it in exception groups)."""
-    if isinstance(exc, PeerTLSAppeared):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _appeared(inner)
-            if found is not None:
-                return found
-    return None
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+    leaf = first_leaf(exc, PeerTLSAppeared)
+    return leaf if isinstance(leaf, PeerTLSAppeared) else None

@@ -337,7 +337,7 @@ def _child_error(output: str) -> str:
 
 def _startup_cause(exc: BaseException) -> BaseException | None:
     """The first OSError or image-table error in ``exc`` (groups searched depth first)."""
-    from krt.cli.failures import first_leaf
+    from krt.exception_groups import first_leaf
     from localkube.images import ImageTableError
 
     return first_leaf(exc, (ImageTableError, OSError))

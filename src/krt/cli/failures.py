@@ -17,6 +17,7 @@ import click
 import trio
 
 from krt.cli.exitcodes import ExitCode, for_http_status
+from krt.exception_groups import first_leaf
 from krt.kube.errors import AlreadyExists, ApiError, ConnectionFailed, Invalid, KubeError
 
 T = TypeVar("T")
@@ -166,31 +167,6 @@ CONFIG_ADVICE = (
     "use --kubeconfig FILE or set KUBECONFIG; for a local cluster run "
     "krt dev up --detach, then source ~/.krt/dev/env"
 )
-
-
-def first_leaf(
-    exc: BaseException, types: type[BaseException] | tuple[type[BaseException], ...]
-) -> BaseException | None:
-    """The first error of ``types`` in ``exc``, searching exception groups depth first.
-
-    A trio nursery wraps what its tasks raise in exception groups, so a command that runs one
-    finds its failure here.
-
-    Args:
-        exc: what a ``trio.run`` raised.
-        types: the error types wanted (as for ``isinstance``).
-
-    Returns:
-        The error, or None when ``exc`` holds none of ``types``.
-    """
-    if isinstance(exc, types):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            leaf = first_leaf(inner, types)
-            if leaf is not None:
-                return leaf
-    return None
 
 
 def _classify(exc: BaseException) -> tuple[ExitCode, str]:

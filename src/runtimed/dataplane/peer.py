@@ -49,7 +49,7 @@ import trio
 from anyio.streams.tls import TLSAttribute
 
 from krt.file_watch import watch_files
-from krt.pem_files import load_cert_chain_bytes
+from krt.pem_files import ca_pem_text, load_cert_chain_bytes
 
 __all__ = [
     "PeerTLSAppeared",
@@ -147,9 +147,10 @@ def _read_peer_files(directory: Path) -> _PeerFiles:
             raise PeerTLSError(f"--peer-tls-dir {str(directory)!r}: {name} is missing") from None
         except OSError as exc:
             raise PeerTLSError(f"--peer-tls-dir: {name} cannot be read: {exc}") from exc
-    ca = contents["ca.crt"].decode("ascii", "replace")
-    if "-----BEGIN CERTIFICATE-----" not in ca:
-        raise PeerTLSError("--peer-tls-dir: ca.crt cannot be loaded: no PEM certificate in it")
+    try:
+        ca = ca_pem_text(contents["ca.crt"])
+    except ValueError as exc:
+        raise PeerTLSError(f"--peer-tls-dir: ca.crt cannot be loaded: {exc}") from exc
     return _PeerFiles(contents["tls.crt"], contents["tls.key"], ca)
 
 
