@@ -19,8 +19,10 @@ and Error Mapping"; docs of :mod:`servers.common.validation`):
   INVALID_ARGUMENT, FAILED_PRECONDITION (a stale ID of a live Run UID) or, for an absent
   registration, an OK unregister; none of them touches a live registration;
 * random bytes as any request message, and malformed gRPC framing, get a gRPC status (or a
-  reset of that one stream), never INTERNAL/UNKNOWN, and never a dropped connection, except
-  the known gap of :func:`drops_connection` (strict xfail test below);
+  reset of that one stream), never a dropped connection; never INTERNAL/UNKNOWN, except a
+  message the server cannot read (:func:`unreadable_status`: RESOURCE_EXHAUSTED over the
+  size limit, INTERNAL or UNIMPLEMENTED for one it cannot decompress), which fails only its
+  own call while the other calls of its connection go on;
 * after every example the server still answers Health, on the same and on a new connection.
 """
 
@@ -29,12 +31,16 @@ from __future__ import annotations
 import functools
 import json
 import textwrap
+import urllib.parse
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 import trio
 from hypothesis import event, example, given
@@ -568,28 +574,31 @@ async def test_random_request_bytes_get_a_client_error_status(server: Server) ->
 PURERPC_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
-def drops_connection(data: bytes, encoding: str | None) -> bool:
-    """Known gap (reported, see :func:`test_an_unreadable_message_fails_only_its_own_call`).
+def unreadable_status(data: bytes, encoding: str | None) -> int | None:
+    """The status of a request whose message purerpc cannot read, else ``None``.
 
-    A message over purerpc's size limit, or a compressed one it cannot decompress, raises in
-    purerpc's connection-level parser, and ``krt.grpc.server.CallHandler`` then drops the
-    whole connection instead of failing that one call.
+    A message over purerpc's size limit is RESOURCE_EXHAUSTED; a compressed one with no (or
+    ``identity``) encoding, or that does not decompress, INTERNAL; one in an encoding the
+    server lacks, UNIMPLEMENTED (krt.grpc.unreadable_messages; grpc's statuscodes.md). Only
+    that call fails: the connection serves on.
     """
     while len(data) >= 5:
         compressed, length = data[0] != 0, int.from_bytes(data[1:5], "big")
         if length > PURERPC_MAX_MESSAGE_BYTES:
-            return True
+            return RESOURCE_EXHAUSTED
         if len(data) - 5 < length:
-            return False
+            return None
         if compressed:
+            if encoding in (None, "identity"):
+                return INTERNAL
             if encoding not in ("gzip", "deflate"):
-                return True
+                return UNIMPLEMENTED
             try:
                 zlib.decompress(data[5 : 5 + length])
             except zlib.error:
-                return True
+                return INTERNAL
         data = data[5 + length :]
-    return False
+    return None
 
 
 async def check_frame(
@@ -598,19 +607,15 @@ async def check_frame(
     service, name = method
     headers = [("grpc-encoding", encoding)] if encoding else []
     reply = await raw_call(srv.host, srv.port, f"/{service}/{name}", data, extra_headers=headers)
-    if drops_connection(data, encoding):
-        await srv.healthy()  # the server survives it, other connections are served
-        return "connection dropped (known gap)"
     # an answer for this stream: a status or a reset of just this stream, never a dropped
     # connection (that would fail every other call multiplexed on it)
     assert not reply.closed, reply
     assert reply.status is not None or reply.reset is not None, reply
-    if reply.status is not None:
-        assert reply.status in CLIENT_ERRORS | {OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL}, (
-            reply
-        )
-        if reply.status == INTERNAL:  # only for a compressed message it cannot read
-            assert data[:1] != b"\x00", reply
+    expected = unreadable_status(data, encoding)
+    if expected is not None:
+        assert reply.status == expected, reply
+    elif reply.status is not None:
+        assert reply.status in CLIENT_ERRORS | {OK}, reply
     await srv.healthy()
     return "status" if reply.status is not None else f"reset {reply.reset}"
 
@@ -643,19 +648,97 @@ async def test_malformed_frames_get_a_status_and_the_server_keeps_serving(server
     await run_property(prop)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: purerpc raises in its connection-level parser for an over-limit or "
-    "undecompressable message, and krt.grpc.server.CallHandler drops the whole connection "
-    "(every call on it) instead of failing that call with RESOURCE_EXHAUSTED / INTERNAL",
-)
 @pytest.mark.parametrize(
     "data", [frame(b"", compressed=True), b"\x00\xff\xff\xff\xff"], ids=["compressed", "huge"]
 )
 async def test_an_unreadable_message_fails_only_its_own_call(server: Server, data: bytes) -> None:
     reply = await raw_call(server.host, server.port, f"/{RT}/Health", data)
     assert not reply.closed, reply
-    assert reply.status in (RESOURCE_EXHAUSTED, INTERNAL) or reply.reset is not None, reply
+    assert reply.status == unreadable_status(data, None), reply
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "message"),
+    [
+        (
+            frame(b"", compressed=True),
+            INTERNAL,
+            "grpc: compressed flag set with identity or empty encoding",
+        ),
+        (
+            b"\x00\xff\xff\xff\xff" + b"\x07" * 20_000,
+            RESOURCE_EXHAUSTED,
+            f"grpc: received message larger than max (4294967295 vs. {PURERPC_MAX_MESSAGE_BYTES})",
+        ),
+    ],
+    ids=["compressed", "huge"],
+)
+async def test_an_unreadable_message_leaves_the_other_calls_of_its_connection_alone(
+    server: Server, data: bytes, status: int, message: str
+) -> None:
+    """Two streams on one connection: a Health call in flight (its request not yet ended)
+    and the unreadable message, whose body is still arriving. Only the second fails (with
+    gRPC's status for it, then RST_STREAM NO_ERROR for the rest of its body); the first is
+    answered, and Health on the same connection afterwards too."""
+    stream = await trio.open_tcp_stream(server.host, server.port)
+    conn = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+    )
+    conn.initiate_connection()
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", f"{server.host}:{server.port}"),
+        ("content-type", "application/grpc+proto"),
+        ("te", "trailers"),
+    ]
+    fields: dict[int, dict[str, str]] = {}
+    ended: set[int] = set()
+    resets: dict[int, int] = {}
+
+    def open_stream() -> int:
+        stream_id = conn.get_next_available_stream_id()
+        conn.send_headers(stream_id, [(":path", f"/{RT}/Health"), *headers])
+        fields[stream_id] = {}
+        return stream_id
+
+    async def until(done: Any) -> None:
+        await stream.send_all(conn.data_to_send())
+        while not done():
+            chunk = await stream.receive_some(65536)
+            assert chunk, "the server closed the connection"
+            for got in conn.receive_data(chunk):
+                assert not isinstance(got, h2.events.ConnectionTerminated), got
+                stream_id = getattr(got, "stream_id", 0)
+                if isinstance(got, h2.events.ResponseReceived | h2.events.TrailersReceived):
+                    fields[stream_id].update(got.headers)
+                elif isinstance(got, h2.events.DataReceived):
+                    conn.acknowledge_received_data(got.flow_controlled_length, stream_id)
+                elif isinstance(got, h2.events.StreamEnded):
+                    ended.add(stream_id)
+                elif isinstance(got, h2.events.StreamReset):
+                    resets[stream_id] = int(got.error_code)
+            await stream.send_all(conn.data_to_send())
+
+    async with stream:
+        with trio.fail_after(10):
+            in_flight = open_stream()
+            conn.send_data(in_flight, frame(b"")[:2])  # half of its message prefix
+            bad = open_stream()
+            conn.send_data(bad, data[:16384])
+            conn.send_data(bad, data[16384:])
+            await until(lambda: bad in ended and bad in resets)
+            assert fields[bad]["grpc-status"] == str(status), fields[bad]
+            assert urllib.parse.unquote(fields[bad]["grpc-message"]) == message
+            assert resets[bad] == 0  # NO_ERROR: "stop sending", after a complete answer
+            conn.send_data(in_flight, frame(b"")[2:], end_stream=True)
+            await until(lambda: in_flight in ended)
+            assert fields[in_flight]["grpc-status"] == str(OK), fields[in_flight]
+            after = open_stream()
+            conn.send_data(after, frame(b""), end_stream=True)
+            await until(lambda: after in ended)
+            assert fields[after]["grpc-status"] == str(OK), fields[after]
+    await server.healthy()
 
 
 # --- random IDs on the lookup RPCs ----------------------------------------------------------

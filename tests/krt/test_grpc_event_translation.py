@@ -16,8 +16,10 @@ from purerpc.grpclib.exceptions import (
     ProtocolError,
     UnsupportedMessageEncodingError,
 )
+from purerpc.grpclib.status import StatusCode
 
 from krt.grpc.event_translation import LeanGrpcConnection
+from krt.grpc.unreadable_messages import MessageUnreadable
 
 MAX = 1024
 HEADERS = [
@@ -106,17 +108,34 @@ def test_a_frame_that_continues_a_buffered_message_is_never_read_as_a_message() 
     assert messages == [payload]
 
 
-def test_compressed_and_oversized_messages_fail_as_in_purerpc() -> None:
-    for chunks, error in (
-        ([framed(b"zz", compressed=True)], UnsupportedMessageEncodingError),
-        ([framed(b"x" * (MAX + 1))], MessageTooLargeError),
-    ):
-        for cls in (GRPCConnection, LeanGrpcConnection):
-            peer = Peer()
-            conn = server(cls)
-            conn.receive_data(peer.preface())
-            with pytest.raises(error):
-                conn.receive_data(peer.request(chunks))
+@pytest.mark.parametrize(
+    ("chunks", "error", "status"),
+    [
+        ([framed(b"zz", compressed=True)], UnsupportedMessageEncodingError, StatusCode.INTERNAL),
+        ([framed(b"x" * (MAX + 1))], MessageTooLargeError, StatusCode.RESOURCE_EXHAUSTED),
+    ],
+)
+def test_an_unreadable_message_fails_its_stream_where_purerpc_fails_the_connection(
+    chunks: list[bytes], error: type[Exception], status: StatusCode
+) -> None:
+    """purerpc raises out of ``receive_data`` (the whole connection); ours reports the
+    request, then a MessageUnreadable of that stream with every byte of it to acknowledge,
+    and forgets its buffer (krt.grpc.unreadable_messages)."""
+    peer = Peer()
+    conn = server(GRPCConnection)
+    conn.receive_data(peer.preface())
+    with pytest.raises(error):
+        conn.receive_data(peer.request(chunks))
+    peer = Peer()
+    conn = server(LeanGrpcConnection)
+    conn.receive_data(peer.preface())
+    events = conn.receive_data(peer.request(chunks))
+    assert [type(event) for event in events] == [RequestReceived, MessageUnreadable]
+    unreadable = events[1]
+    assert unreadable.stream_id == 1
+    assert unreadable.status.status_code is status
+    assert unreadable.flow_controlled_length == len(chunks[0])
+    assert 1 not in conn.message_read_buffers
 
 
 def test_a_repeated_request_block_is_parsed_once_into_equal_events() -> None:

@@ -289,8 +289,8 @@ async def test_long_non_ascii_error_reaches_grpcio_as_unknown(
 async def test_oversized_request_fails_fast_and_the_server_keeps_serving(
     start_runtime_server: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # purerpc refuses a message over 32 MiB by dropping the connection: the socket must then
-    # be closed, or the client hangs until its deadline (here it would wait the full 20 s).
+    # a message over purerpc's 32 MiB limit fails its own call with RESOURCE_EXHAUSTED (the
+    # connection stays up; krt.grpc.unreadable_messages) instead of hanging until the deadline
     caplog.set_level(logging.INFO, logger="servers")
     caplog.set_level(logging.INFO, logger="krt.grpc")
     async with start_runtime_server(PythonAdapter(), tmp_path) as server:
@@ -310,13 +310,17 @@ async def test_oversized_request_fails_fast_and_the_server_keeps_serving(
 
         start = trio.current_time()
         error: Any = await trio.to_thread.run_sync(call)
-        assert error.code() is not grpc.StatusCode.DEADLINE_EXCEEDED, error.details()
+        assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+        assert error.details() == (
+            f"grpc: received message larger than max ({request.ByteSize()} vs. {32 * 1024 * 1024})"
+        )
         assert trio.current_time() - start < 5
         health = await server.runtime.Health(pb.HealthRequest())
         assert health.healthy
-    # the log says why (not just "ExceptionGroup: ...")
+    # the log says why
     assert any(
-        r.getMessage() == "connection dropped" and "MessageTooLargeError" in getattr(r, "error", "")
+        r.getMessage() == "request message unreadable"
+        and "larger than max" in getattr(r, "status", "")
         for r in caplog.records
     )
 

@@ -18,6 +18,11 @@
 * :mod:`krt.grpc.direct_reads`: on plain TCP, one read system call after a readiness wait.
 * :mod:`krt.grpc.event_translation`: purerpc's sans-IO connection with type dispatch,
   one-frame messages and repeated header blocks parsed once (both sides use it).
+* :mod:`krt.grpc.unreadable_messages`: a received message over the size limit or not
+  decompressible fails only its own call (RESOURCE_EXHAUSTED, INTERNAL, UNIMPLEMENTED),
+  never the connection (both server loops and the client use it).
+* :mod:`krt.grpc.read_buffers`: purerpc's message read buffer with gRPC's gzip format and
+  decompression bounded by the message limit.
 
 Imports only purerpc, h2, hpack, protobuf, anyio and trio; never a component package.
 """

@@ -51,6 +51,7 @@ from krt.grpc.direct_writes import plain_socket_fd, write_now
 from krt.grpc.event_translation import LeanGrpcConnection
 from krt.grpc.header_checks import outbound_metadata
 from krt.grpc.hpack_encoding import LiteralHpackEncoder, install_decoder
+from krt.grpc.unreadable_messages import MessageUnreadable
 from krt.kube.http11_errors import describe_failure
 
 log = logging.getLogger(__name__)
@@ -381,6 +382,9 @@ class GrpcConnection:
             return
         call = self._calls.get(getattr(event, "stream_id", -1))
         if call is None:
+            # bytes of a call that ended already go back to the connection window
+            if isinstance(event, MessageReceived | MessageUnreadable):
+                self._h2.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
             return
         if isinstance(event, MessageReceived):
             self._h2.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
@@ -395,12 +399,27 @@ class GrpcConnection:
             call.trailers = tuple(event.custom_metadata)
             call.done.set()
         elif isinstance(event, _StreamReset):
+            if call.window is not None:  # a request body waiting for window: stop sending
+                call.window.set()
+            if call.done.is_set():
+                # e.g. RST_STREAM(NO_ERROR) after the trailers: the server answered before
+                # the request body was all sent (RFC 9113 section 8.1); the answer stands
+                return
             call.error = GrpcStatusError(
                 _reset_status(event.error_code), f"stream reset by server (code {event.error_code})"
             )
             call.done.set()
         elif isinstance(event, ResponseReceived):
             pass
+        elif isinstance(event, MessageUnreadable):
+            # over max_message_bytes, or not decompressible: this call fails, the rest go on
+            if not call.done.is_set():
+                call.error = GrpcStatusError(
+                    int(event.status.int_value), event.status.status_message or ""
+                )
+                call.done.set()
+            self._reset_quietly(event.stream_id)
+            self._h2.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
 
     async def _send_body(self, stream_id: int, call: _Call, payload: bytes) -> bool:
         """Send the request message and end the request, respecting flow control.

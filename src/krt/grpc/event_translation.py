@@ -16,7 +16,11 @@ events and errors as a result:
   ``MessageReceived`` directly; anything else (a message split over frames, several
   messages in one frame, a compressed or oversized one, a stream that already has bytes in
   purerpc's buffer) goes through purerpc's buffer as before, so its framing and limits
-  (``MessageTooLargeError``, compression, ``ProtocolError``) are unchanged.
+  (``MessageTooLargeError``, compression, ``ProtocolError``) are unchanged, except that a
+  message purerpc cannot read (over the limit, or not decompressible) fails only its stream
+  (:mod:`krt.grpc.unreadable_messages`: a ``MessageUnreadable`` event) instead of raising
+  out of ``receive_data`` and breaking the connection, and compressed messages are
+  decompressed as gRPC peers compress them, bounded (:mod:`krt.grpc.read_buffers`).
 
 * **Repeated header blocks parsed once.** Every call of a connection sends the same request
   headers (per method), and every answer the same response headers and OK trailers. purerpc
@@ -49,7 +53,6 @@ from typing import Any, Final
 
 import h2.events
 import h2.utilities
-from purerpc.grpclib.buffers import MessageReadBuffer
 from purerpc.grpclib.config import GRPCConfiguration
 from purerpc.grpclib.connection import GRPCConnection
 from purerpc.grpclib.events import (
@@ -61,6 +64,8 @@ from purerpc.grpclib.exceptions import ProtocolError
 from purerpc.grpclib.headers import HeaderDict
 
 from krt.grpc import h2_fast_paths
+from krt.grpc.read_buffers import ReadBuffer
+from krt.grpc.unreadable_messages import receive_buffered_data
 
 __all__ = ["LeanGrpcConnection"]
 
@@ -225,8 +230,12 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
     def receive_data(self, data: bytes | bytearray) -> list[Any]:
         """Feed bytes from the peer to h2; return the gRPC events (purerpc's, same order).
 
+        A message that cannot be read is a
+        :class:`~krt.grpc.unreadable_messages.MessageUnreadable` event of its stream.
+
         Raises:
-            Whatever h2 or purerpc's handlers raise for what the peer sent (as purerpc).
+            Whatever h2 or purerpc's handlers raise for what the peer sent (as purerpc),
+            except for a message purerpc cannot read (see above).
         """
         events: list[Any] = []
         handlers = self._handlers
@@ -251,7 +260,7 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
             event.stream_id,
             RequestReceived.parse_from_stream_id_and_headers_destructive,
         )
-        self.message_read_buffers[event.stream_id] = MessageReadBuffer(
+        self.message_read_buffers[event.stream_id] = ReadBuffer(
             request.message_encoding, self._max_message_length
         )
         return [request]
@@ -262,12 +271,16 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
         known = self._parsed.get(key)
         if known is None:
             parsed = super()._response_received(event)
+            if not event.stream_ended:  # purerpc made its own buffer: ours decompresses right
+                self.message_read_buffers[event.stream_id] = ReadBuffer(
+                    parsed[0].message_encoding, self._max_message_length
+                )
             if _repeating(key[2:]):
                 self._remember(key, tuple(_copy_with_stream(item, 0) for item in parsed))
             return parsed  # type: ignore[no-any-return]
         stream_id = event.stream_id
         if not event.stream_ended:
-            self.message_read_buffers[stream_id] = MessageReadBuffer(
+            self.message_read_buffers[stream_id] = ReadBuffer(
                 known[0].message_encoding, self._max_message_length
             )
         return [_copy_with_stream(item, stream_id) for item in known]
@@ -298,7 +311,9 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
             if len(self._buffered_streams) >= _MAX_BUFFERED_STREAMS:
                 self._buffered_streams.intersection_update(self.message_read_buffers)
             self._buffered_streams.add(stream_id)
-        return super()._data_received(event)  # type: ignore[no-any-return]
+        # purerpc's buffer; a message it cannot read fails only its stream (never here for
+        # a one-frame message: the fast path above checked its flag and length)
+        return receive_buffered_data(self, event, GRPCConnection._data_received)
 
     def _stream_ended(self, event: h2.events.StreamEnded) -> list[Any]:
         self._buffered_streams.discard(event.stream_id)

@@ -21,9 +21,12 @@ server-side :class:`purerpc.server.ConnectionHandler` does not honour the caller
 stream reset cancels exactly that call, a closed connection cancels all calls on it, and
 ``grpc-timeout`` bounds the call (DEADLINE_EXCEEDED). Undecodable requests are
 INVALID_ARGUMENT, unexpected exceptions INTERNAL, and every status message is made valid
-UTF-8 and shortened to fit :data:`MAX_STATUS_MESSAGE_BYTES` once encoded. The HTTP/2 and
-message framing stay purerpc's; the per-call policy is ours because purerpc offers no hook
-for it (its handler's stream-reset and disconnect handling cannot be configured).
+UTF-8 and shortened to fit :data:`MAX_STATUS_MESSAGE_BYTES` once encoded. A request
+message purerpc cannot read (over its 32 MiB limit: RESOURCE_EXHAUSTED; not decompressible:
+INTERNAL or UNIMPLEMENTED), which made purerpc's parser raise and drop the connection with
+every call on it, fails only its own call (:mod:`krt.grpc.unreadable_messages`). The HTTP/2
+and message framing stay purerpc's; the per-call policy is ours because purerpc offers no
+hook for it (its handler's stream-reset and disconnect handling cannot be configured).
 
 Per-call cost (every invoke crosses this handler twice: runtimed, then the Runtime Server):
 a unary answer (headers, message, trailers) is queued in one go and leaves in one write,
@@ -70,6 +73,7 @@ from purerpc.wrappers import (
 )
 
 from krt.grpc.closed_streams import handle_closed_streams
+from krt.grpc.read_buffers import ReadBuffer
 from krt.grpc.status_messages import (
     MAX_STATUS_MESSAGE_BYTES,
     bounded,
@@ -78,6 +82,7 @@ from krt.grpc.status_messages import (
     status_for_error,
 )
 from krt.grpc.unary_server import UnaryConnection
+from krt.grpc.unreadable_messages import MessageUnreadable, receive_buffered_data, refuse_message
 
 __all__ = ["MAX_STATUS_MESSAGE_BYTES", "CallHandler", "fit_status_message"]
 
@@ -103,6 +108,18 @@ class _ResetAwareConnection(GRPCConnection):  # type: ignore[misc]
         self.message_read_buffers.pop(event.stream_id, None)
         self._on_reset(event.stream_id)
         return []
+
+    def _request_received(self, event: h2.events.RequestReceived) -> list[Any]:
+        events: list[Any] = super()._request_received(event)
+        # our buffer: gRPC's gzip, decompression bounded (krt.grpc.read_buffers)
+        self.message_read_buffers[event.stream_id] = ReadBuffer(
+            events[0].message_encoding, self.config.max_message_length
+        )
+        return events
+
+    def _data_received(self, event: h2.events.DataReceived) -> list[Any]:
+        # an unreadable message fails its stream (MessageUnreadable), not the connection
+        return receive_buffered_data(self, event, GRPCConnection._data_received)
 
 
 class _CallStream(GRPCProtoStream):  # type: ignore[misc]
@@ -167,6 +184,25 @@ class _CallSocket(GRPCProtoSocket):  # type: ignore[misc]
         self._streams.pop(stream_id, None)
         self._on_reset_stream(stream_id)
 
+    def _refuse(self, event: MessageUnreadable) -> None:
+        """Fail the call of an unreadable request message: cancel its task, answer its status.
+
+        The call's task is cancelled as for a stream reset (it waits for its request, or
+        streams answers that can no longer end well); its status, a reset of the rest of
+        its request body and the window update are queued here (the read loop flushes).
+        """
+        stream = self._streams.get(event.stream_id)
+        log.info(
+            "request message unreadable",
+            extra={"stream_id": event.stream_id, "status": event.status.status_message},
+        )
+        self._reset(event.stream_id)
+        refuse_message(
+            self._grpc_connection.h2_connection,
+            event,
+            headers_sent=stream is not None and _response_started(stream),
+        )
+
     async def _listen(self) -> AsyncIterator[GRPCProtoStream]:
         """Read the connection; queue each stream's events; yield each new stream once.
 
@@ -195,6 +231,9 @@ class _CallSocket(GRPCProtoSocket):  # type: ignore[misc]
                     continue
                 if isinstance(event, RequestReceived):
                     self._allocate_stream(event.stream_id)
+                elif isinstance(event, MessageUnreadable):
+                    self._refuse(event)
+                    continue
                 stream = streams.get(event.stream_id)
                 if stream is None:
                     continue
@@ -247,8 +286,8 @@ class CallHandler:
 
         try:
             # ``async with sock``: neither anyio's listener nor purerpc closes the accepted
-            # socket; a connection dropped on error (e.g. a message over purerpc's 32 MiB
-            # limit) would otherwise stay open and leave the client hanging.
+            # socket; a connection dropped on error (e.g. an HTTP/2 protocol error) would
+            # otherwise stay open and leave the client hanging.
             async with sock, _CallSocket(self._config, sock, cancel_call) as grpc_socket:
                 async with trio.open_nursery() as nursery:
                     async for stream in grpc_socket.listen():

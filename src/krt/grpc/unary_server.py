@@ -36,6 +36,9 @@ stream reset (the client cancelled) cancels exactly that call, a closed connecti
 all of them, ``grpc-timeout`` bounds the call (DEADLINE_EXCEEDED, measured from the request
 headers), undecodable requests and broken framing are INVALID_ARGUMENT, unexpected
 exceptions INTERNAL, and status messages are bounded (:mod:`krt.grpc.status_messages`).
+A request message that cannot be read (over the message limit: RESOURCE_EXHAUSTED; not
+decompressible: INTERNAL or UNIMPLEMENTED) fails only its call, whose unread body is reset
+and dropped (:mod:`krt.grpc.unreadable_messages`); the connection serves on.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from krt.grpc.event_translation import LeanGrpcConnection
 from krt.grpc.header_checks import RequestHeaderChecks
 from krt.grpc.hpack_encoding import LiteralHpackEncoder, install_decoder
 from krt.grpc.status_messages import describe, status_fields, status_for_error
+from krt.grpc.unreadable_messages import MessageUnreadable, refuse_message
 
 __all__ = ["UnaryConnection", "current_call_scope", "runs_inline"]
 
@@ -334,6 +338,11 @@ class UnaryConnection:
             return
         call = self._calls.get(event.stream_id)
         if call is None:
+            # a stream answered already (an unknown method): its bytes go back to the window
+            if isinstance(event, MessageReceived):
+                self._h2.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
+            elif isinstance(event, MessageUnreadable):
+                refuse_message(self._h2.h2_connection, event, headers_sent=True)
             return
         if isinstance(event, MessageReceived):
             self._h2.acknowledge_received_data(event.stream_id, event.flow_controlled_length)
@@ -353,6 +362,14 @@ class UnaryConnection:
                 call.scope.cancel()
             if call.window is not None:
                 call.window.set()
+        elif isinstance(event, MessageUnreadable):
+            # before the request ended, so the call has no task yet: answer it here
+            del self._calls[event.stream_id]
+            log.info(
+                "request message unreadable",
+                extra={"stream_id": event.stream_id, "status": event.status.status_message},
+            )
+            refuse_message(self._h2.h2_connection, event, headers_sent=False)
 
     def _on_request(self, request: RequestReceived) -> None:
         service = self._services.get(request.service_name)
