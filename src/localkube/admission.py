@@ -15,19 +15,25 @@
   prevention (:mod:`localkube.auth.escalation`).
 * A custom object is validated, defaulted and pruned by its version's validator (transition
   rules get the old object on update); errors answer 422 with field paths.
+* Field validation (``fieldValidation``): a built-in body, or a patch's result, with fields
+  its kind's schema does not declare is refused (Strict) or answered with warnings (Warn,
+  the default) by :meth:`Admission.check_fields` (:mod:`localkube.field_validation`); a
+  custom object's unknown fields are found by its validator's pruning, in :meth:`admit`.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Protocol
 
-from localkube import objects, storage
+from localkube import builtin_schemas, field_validation, objects, request_warnings, storage
 from localkube.access import StoreRbac
 from localkube.auth import escalation
 from localkube.auth.rbac import RBAC_GROUP
 from localkube.defaults import DEFAULTERS
 from localkube.errors import ApiError, FieldError, invalid
+from localkube.field_validation import Directive
 from localkube.request_user import CURRENT_USER
 from localkube.resources import CRDError, ResourceRegistry, ResourceType
 from localkube.validation import VALIDATORS
@@ -237,6 +243,57 @@ class Admission:
                 }
             )
 
+    # field validation ------------------------------------------------------------
+
+    def check_fields(
+        self,
+        rt: ResourceType,
+        obj: dict[str, Any],
+        directive: Directive,
+        *,
+        patch: tuple[str, Any] | None = None,
+    ) -> None:
+        """Apply ``fieldValidation`` to a built-in kind's body or patched object.
+
+        Unknown fields never reach the store: like kube-apiserver's decoding into the Go
+        type, Warn and Ignore drop them. Custom objects are checked in :meth:`admit`
+        instead (their schema is the CRD's; its pruning drops them).
+
+        Args:
+            rt: the type. obj: the body (create, update) or the patched object, in the
+                request's version; under Warn and Ignore its unknown fields are removed.
+            directive: Strict refuses unknown fields, Warn drops them with one warning
+                each (:mod:`localkube.request_warnings`), Ignore drops them silently.
+            patch: for a patch, ``(patch kind, patch document)`` with kind ``json``,
+                ``merge`` or ``strategic`` (words the Strict error); None otherwise.
+
+        Raises:
+            ApiError: under Strict, 400 BadRequest (create, update) or 422 Invalid
+                (patch), worded as :mod:`localkube.field_validation` describes.
+        """
+        if rt.crd_name:
+            return
+        definition = builtin_schemas.definition_name(rt.group, rt.version, rt.kind)
+        if definition is None:
+            return
+        strict = directive is Directive.STRICT
+        unknown = field_validation.unknown_fields(obj, definition, remove=not strict)
+        if not unknown or directive is Directive.IGNORE:
+            return
+        if directive is Directive.WARN:
+            for path in unknown:
+                request_warnings.add(field_validation.unknown_field(path))
+            return
+        if patch is None:
+            raise field_validation.body_error(rt.kind, rt.version, unknown)
+        kind, document = patch
+        shown = (
+            field_validation.go_map_text(document)
+            if kind == "strategic"
+            else json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+        )
+        raise field_validation.patch_error(shown, unknown)
+
     # hooks ---------------------------------------------------------------------
 
     def admit(
@@ -246,6 +303,7 @@ class Admission:
         old: dict[str, Any] | None,
         *,
         strict: bool = False,
+        warn: bool = False,
     ) -> dict[str, Any]:
         """Validate (and default/prune) an object about to be created or updated.
 
@@ -253,6 +311,8 @@ class Admission:
             rt: the type. obj: the object. old: the stored object on update.
             strict: ``fieldValidation=Strict``: a custom object with fields its schema
                 does not declare is rejected instead of pruned.
+            warn: ``fieldValidation=Warn``: such fields are pruned with one warning each
+                (``unknown field "spec.x"``, :mod:`localkube.request_warnings`).
 
         Returns:
             The object to store (possibly a new dict).
@@ -304,7 +364,7 @@ class Admission:
             self._crd_status(obj, old)
             return obj
         if rt.crd_name:
-            return self._admit_custom(rt, obj, old, strict=strict)
+            return self._admit_custom(rt, obj, old, strict=strict, warn=warn)
         defaulter = DEFAULTERS.get(rt.storage_key)
         if defaulter is not None:
             defaulter(obj, creating=old is None)
@@ -322,12 +382,13 @@ class Admission:
         old: dict[str, Any] | None,
         *,
         strict: bool = False,
+        warn: bool = False,
     ) -> dict[str, Any]:
         validator = self._validator(rt)
         if validator is None:
             return obj
         admitted, errors = validator.admit(obj, old)
-        if strict:
+        if strict or warn:
             # against pruning alone: a null known field is dropped by defaulting, not unknown
             known = validator.pruned(obj) if isinstance(obj, dict) else admitted
             unknown = sorted(
@@ -336,7 +397,10 @@ class Admission:
                 if key not in ("apiVersion", "kind", "metadata")
                 for path in _pruned_paths(obj[key], known.get(key), key, key in known)
             )
-            if unknown:
+            if unknown and not strict:
+                for path in unknown:
+                    request_warnings.add(field_validation.unknown_field(path))
+            elif unknown:
                 detail = ", ".join(f'unknown field "{p}"' for p in unknown)
                 raise ApiError(
                     400,

@@ -31,6 +31,7 @@ from localkube import (
     jsonbody,
     openapi,
     protobuf_bodies,
+    request_warnings,
     storage,
     subresources,
     tables,
@@ -132,6 +133,7 @@ class ApiApp:
         ]
         if retry_after > 0:  # as kube-apiserver for a Status with details.retryAfterSeconds
             headers.append((b"retry-after", str(retry_after).encode()))
+        headers.extend(request_warnings.headers())
         await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
@@ -175,6 +177,7 @@ class ApiApp:
             else {}
         )
         headers = {k.decode().lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        request_warnings.start()
         try:
             user = self.ctx.access.authenticate(headers.get("authorization"), path)
             if any(k.startswith("impersonate-") for k in headers):

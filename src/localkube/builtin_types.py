@@ -17,7 +17,9 @@ localkube checks the parts its controllers and validation read:
 * ClusterRole ``aggregationRule`` (``clusterRoleSelectors``, a list of LabelSelectors) and
   the string lists of Role/ClusterRole ``rules``.
 
-Other fields are left to validation (a documented simplification). StatefulSet, DaemonSet,
+Other fields are left to validation (a documented simplification). Fields a kind does not
+declare at all are a separate rule, field validation (``fieldValidation``), checked against
+Kubernetes' published schemas by :mod:`localkube.field_validation`. StatefulSet, DaemonSet,
 Job and CronJob are listed although localkube does not serve them yet, so that serving one
 brings its decoding along.
 """

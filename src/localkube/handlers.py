@@ -23,6 +23,7 @@ from localkube import conversion, jsonbody, objects, patching, storage
 from localkube.admission import Admission
 from localkube.deletion import CRD_KEY, DeleteOptions, Deleter, crd_terminating_error
 from localkube.errors import ApiError
+from localkube.field_validation import Directive, parse_directive
 from localkube.resources import ResourceRegistry, ResourceType
 from localkube.selectors import (
     FieldSelector,
@@ -271,7 +272,9 @@ class Handlers:
             rt: the type. namespace: URL namespace (``""`` for cluster-scoped).
             body: the decoded JSON body; consumed (it becomes part of the stored object).
             dry_run: validate only (``dryRun=All``).
-            field_validation: ``Strict`` rejects undeclared fields of custom objects.
+            field_validation: the ``fieldValidation`` parameter: ``Strict`` rejects
+                undeclared fields, ``Warn`` (or empty) warns of them, ``Ignore``
+                (:meth:`localkube.admission.Admission.check_fields`).
 
         Returns:
             The stored object.
@@ -280,9 +283,11 @@ class Handlers:
             ApiError: 400 (body/URL mismatch), 404/403 (namespace missing or terminating),
                 405 (custom object of a terminating CRD), 409 AlreadyExists, 422 Invalid.
         """
+        directive = parse_directive(field_validation, options_kind="CreateOptions")
         meta = body.get("metadata") if isinstance(body, dict) else None
         named = isinstance(meta, dict) and bool(meta.get("name"))
         obj = objects.check_body_identity(rt, body, namespace=namespace, name=None)
+        self.admission.check_fields(rt, obj, directive)
         if rt.crd_name:
             crd = self.store.get(CRD_KEY, "", rt.crd_name)
             if crd is not None and objects.is_deleting(crd):
@@ -295,7 +300,13 @@ class Handlers:
                 name=str(obj["metadata"].get("name") or ""),
             )
         objects.prepare_create(rt, obj, now=self.clock())
-        obj = self.admission.admit(rt, obj, None, strict=field_validation == "Strict")
+        obj = self.admission.admit(
+            rt,
+            obj,
+            None,
+            strict=directive is Directive.STRICT,
+            warn=directive is Directive.WARN,
+        )
         key = self._key(rt, namespace, obj["metadata"]["name"])
         if self.store.get(*key) is not None:
             if not named:
@@ -417,7 +428,9 @@ class Handlers:
         Raises:
             ApiError: 400, 404, 409 Conflict, 422 Invalid.
         """
+        directive = parse_directive(field_validation, options_kind="UpdateOptions")
         obj = objects.check_body_identity(rt, body, namespace=namespace, name=name)
+        self.admission.check_fields(rt, obj, directive)
         old = self.require(rt, namespace, name)
         body_uid = obj["metadata"].get("uid")
         if body_uid and body_uid != old["metadata"].get("uid"):
@@ -437,7 +450,7 @@ class Handlers:
             expected,
             subresource=subresource,
             dry_run=dry_run,
-            strict=field_validation == "Strict",
+            directive=directive,
         )
 
     def _write(
@@ -449,14 +462,20 @@ class Handlers:
         *,
         subresource: str,
         dry_run: bool,
-        strict: bool = False,
+        directive: Directive = Directive.IGNORE,
     ) -> dict[str, Any]:
         name = old["metadata"]["name"]
         if expected is not None and str(expected) != old["metadata"]["resourceVersion"]:
             raise conflict(rt, name)
         new = objects.prepare_update(rt, old, obj, subresource=subresource)
         if subresource != "status":
-            new = self.admission.admit(rt, new, old, strict=strict)
+            new = self.admission.admit(
+                rt,
+                new,
+                old,
+                strict=directive is Directive.STRICT,
+                warn=directive is Directive.WARN,
+            )
         else:
             new = self.admission.admit_status(rt, new, old)
         key = self._key(rt, old["metadata"].get("namespace", ""), name)
@@ -499,6 +518,7 @@ class Handlers:
                 that is stale), 415 unsupported patch type, 422 invalid result or failed
                 JSON patch ``test``.
         """
+        directive = parse_directive(field_validation, options_kind="PatchOptions")
         kind = PATCH_TYPES.get(content_type.split(";")[0].strip().lower())
         if kind is None or kind == "apply" or (kind == "strategic" and not rt.strategic_merge):
             supported = [
@@ -531,6 +551,7 @@ class Handlers:
                 f"the server rejected our request due to an error in our request: {exc}",
             ) from None
         obj = objects.check_body_identity(rt, patched, namespace=namespace, name=name)
+        self.admission.check_fields(rt, obj, directive, patch=(kind, patch_doc))
         expected = None
         patched_rv = obj["metadata"].get("resourceVersion")
         if patched_rv != old["metadata"]["resourceVersion"]:
@@ -542,7 +563,7 @@ class Handlers:
             expected,
             subresource=subresource,
             dry_run=dry_run,
-            strict=field_validation == "Strict",
+            directive=directive,
         )
 
     def delete_options(self, query: dict[str, str], body: Any) -> DeleteOptions:

@@ -12,7 +12,12 @@ So every group/version document lists, per kind, the object path with a PATCH op
 carrying that parameter. The PATCH request body advertises only JSON patch and merge patch
 media types: kubectl then computes strategic merge patches for built-in kinds from its own
 compiled-in types, and merge patches for custom kinds (its behaviour without OpenAPI
-schemas). CRD schemas are included as components so ``kubectl explain`` can read them.
+schemas). The components are the schemas ``kubectl explain`` reads: a built-in kind's
+published Kubernetes 1.32 definition with everything it refers to
+(:mod:`localkube.builtin_schemas`), and a CRD version's schema made "kube-native" as
+apiextensions-apiserver does (:func:`kube_native_schema`: ``metadata`` refers to ObjectMeta,
+``apiVersion``/``kind`` get TypeMeta's descriptions), so ``kubectl explain runs.metadata.name``
+and ``kubectl explain pods.spec.containers`` work as against a real cluster.
 
 ``/openapi/v2`` is served as an empty Swagger 2.0 document (no paths, no definitions), in
 JSON or, when asked for, in the gnostic ``openapi.v2.Document`` protobuf encoding that
@@ -22,22 +27,48 @@ client-go's ``OpenAPISchema()`` requires. kubectl needs it for a ``kind: List``:
 ``/openapi/v2`` and fails when that is missing. With no definitions kubectl finds no schema
 for the List's items and skips their client-side check, then sends each item with
 ``fieldValidation=Strict`` as for a single object, so the server still validates it.
-Building full v2 schemas from the v3 ones would be a large converter for no behaviour the
-project depends on.
+Publishing definitions there would switch that client-side check on, and ``kubectl
+explain`` 1.32 reads only ``/openapi/v3``, so v2 stays empty.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 from typing import Any, Final
 
+from localkube import builtin_schemas
 from localkube.resources import ResourceRegistry, ResourceType
 
 #: The version kube-apiserver's OpenAPI documents carry in ``info.version``.
 INFO_VERSION: Final = "v1.32.0-localkube"
 #: The protobuf media type of ``/openapi/v2`` (kube-openapi's, and the older ``@`` form).
 V2_PROTOBUF_MEDIA_TYPE: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+#: What kube-apiserver says of every kind's ``metadata`` (and so of a CRD's).
+METADATA_DESCRIPTION: Final = (
+    "Standard object's metadata. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"
+)
+#: TypeMeta's field descriptions, as kube-apiserver gives them to a CRD's root (and, worded
+#: a little differently, to its embedded resources).
+TYPE_META_DESCRIPTIONS: Final = {
+    "apiVersion": "APIVersion defines the versioned schema of this representation of an object. "
+    "Servers should convert recognized schemas to the latest internal value, and may reject "
+    "unrecognized values. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+    "kind": "Kind is a string value representing the REST resource this object represents. "
+    "Servers may infer this from the endpoint the client submits requests to. Cannot be "
+    "updated. In CamelCase. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+    "embedded apiVersion": "apiVersion defines the versioned schema of this representation of "
+    "an object. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+    "embedded kind": "kind is a string value representing the type of this object. In "
+    "CamelCase. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+}
 _V2_PROTOBUF_ACCEPTS: Final = (
     "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
     "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
@@ -53,6 +84,119 @@ def _schema_name(rt: ResourceType) -> str:
     return f"{reversed_group}.{rt.version}.{rt.kind}"
 
 
+def _object_path(gvk: dict[str, str], ref: dict[str, str]) -> dict[str, Any]:
+    """The GET and PATCH operations of one object path (what kubectl looks for)."""
+    return {
+        "get": {
+            "x-kubernetes-action": "get",
+            "x-kubernetes-group-version-kind": gvk,
+            "responses": {
+                "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+            },
+        },
+        "patch": {
+            "x-kubernetes-action": "patch",
+            "x-kubernetes-group-version-kind": gvk,
+            "parameters": [
+                {
+                    "name": "dryRun",
+                    "in": "query",
+                    "schema": {"type": "string", "uniqueItems": True},
+                },
+                {
+                    "name": "fieldManager",
+                    "in": "query",
+                    "schema": {"type": "string", "uniqueItems": True},
+                },
+                {
+                    "name": "fieldValidation",
+                    "in": "query",
+                    "schema": {"type": "string", "uniqueItems": True},
+                },
+                {
+                    "name": "force",
+                    "in": "query",
+                    "schema": {"type": "boolean", "uniqueItems": True},
+                },
+            ],
+            "requestBody": {
+                "content": {
+                    "application/json-patch+json": {"schema": {"type": "object"}},
+                    "application/merge-patch+json": {"schema": {"type": "object"}},
+                },
+                "required": True,
+            },
+            "responses": {
+                "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+            },
+        },
+    }
+
+
+@functools.cache
+def _builtin_component_schemas(name: str) -> dict[str, Any]:
+    # converted once per definition: shared, never changed by callers
+    return builtin_schemas.openapi_v3_schemas([name])
+
+
+def _object_meta_property() -> dict[str, Any]:
+    return {
+        "allOf": [{"$ref": f"#/components/schemas/{builtin_schemas.OBJECT_META}"}],
+        "description": METADATA_DESCRIPTION,
+    }
+
+
+def _type_meta_property(field: str) -> dict[str, Any]:
+    return {"type": "string", "description": TYPE_META_DESCRIPTIONS[field]}
+
+
+def _add_embedded_meta(schema: Any) -> None:
+    """Give every ``x-kubernetes-embedded-resource`` object apiVersion, kind and metadata."""
+    if not isinstance(schema, dict):
+        return
+    for value in (schema.get("properties") or {}).values():
+        _add_embedded_meta(value)
+    for key in ("items", "additionalProperties"):
+        _add_embedded_meta(schema.get(key))
+    if schema.get("x-kubernetes-embedded-resource") is True:
+        properties = schema.setdefault("properties", {})
+        properties["apiVersion"] = {
+            "type": "string",
+            "description": TYPE_META_DESCRIPTIONS["embedded apiVersion"],
+        }
+        properties["kind"] = {
+            "type": "string",
+            "description": TYPE_META_DESCRIPTIONS["embedded kind"],
+        }
+        properties["metadata"] = _object_meta_property()
+        required = schema.setdefault("required", [])
+        required.extend(f for f in ("kind", "apiVersion") if f not in required)
+
+
+def kube_native_schema(crd_schema: dict[str, Any]) -> dict[str, Any]:
+    """Return a CRD version's ``openAPIV3Schema`` as kube-apiserver publishes it.
+
+    apiextensions-apiserver replaces the schema's ``metadata`` (``type: object`` in a CRD)
+    with a reference to ObjectMeta, and ``apiVersion``/``kind`` with TypeMeta's, at the
+    root and in every ``x-kubernetes-embedded-resource`` object; so ``kubectl explain
+    <kind>.metadata.name`` finds ObjectMeta's fields. The reference is wrapped in ``allOf``
+    (OpenAPI v3 ignores a ``$ref``'s sibling ``description``).
+
+    Args:
+        crd_schema: the CRD version's ``openAPIV3Schema`` (not changed).
+
+    Returns:
+        A new schema; it refers to ObjectMeta, which the document must include.
+    """
+    schema = copy.deepcopy(crd_schema)
+    _add_embedded_meta(schema)
+    properties = schema.setdefault("properties", {})
+    properties["metadata"] = _object_meta_property()
+    properties["apiVersion"] = _type_meta_property("apiVersion")
+    properties["kind"] = _type_meta_property("kind")
+    return schema
+
+
 def group_version_document(
     registry: ResourceRegistry,
     group: str,
@@ -60,6 +204,10 @@ def group_version_document(
     crd_schemas: dict[tuple[str, str, str], dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """Return the OpenAPI v3 document of one group/version, or None if it is not served.
+
+    A built-in kind's schema is its Kubernetes 1.32 definition, with every definition it
+    refers to; a CRD version's is :func:`kube_native_schema` of its ``openAPIV3Schema``
+    (with ObjectMeta's definitions), or an open object when the CRD has none.
 
     Args:
         registry: served types. group, version: the document's group/version.
@@ -78,58 +226,26 @@ def group_version_document(
             if rt.namespaced
             else f"{base}/{rt.plural}/{{name}}"
         )
-        ref = {"$ref": f"#/components/schemas/{_schema_name(rt)}"}
-        paths[path] = {
-            "get": {
-                "x-kubernetes-action": "get",
-                "x-kubernetes-group-version-kind": gvk,
-                "responses": {
-                    "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
-                },
-            },
-            "patch": {
-                "x-kubernetes-action": "patch",
-                "x-kubernetes-group-version-kind": gvk,
-                "parameters": [
-                    {
-                        "name": "dryRun",
-                        "in": "query",
-                        "schema": {"type": "string", "uniqueItems": True},
-                    },
-                    {
-                        "name": "fieldManager",
-                        "in": "query",
-                        "schema": {"type": "string", "uniqueItems": True},
-                    },
-                    {
-                        "name": "fieldValidation",
-                        "in": "query",
-                        "schema": {"type": "string", "uniqueItems": True},
-                    },
-                    {
-                        "name": "force",
-                        "in": "query",
-                        "schema": {"type": "boolean", "uniqueItems": True},
-                    },
-                ],
-                "requestBody": {
-                    "content": {
-                        "application/json-patch+json": {"schema": {"type": "object"}},
-                        "application/merge-patch+json": {"schema": {"type": "object"}},
-                    },
-                    "required": True,
-                },
-                "responses": {
-                    "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
-                },
-            },
-        }
-        schema = dict(
-            (crd_schemas or {}).get((rt.group, rt.version, rt.kind))
-            or {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        builtin = (
+            None if rt.crd_name else builtin_schemas.definition_name(rt.group, rt.version, rt.kind)
         )
+        name = builtin or _schema_name(rt)
+        ref = {"$ref": f"#/components/schemas/{name}"}
+        paths[path] = _object_path(gvk, ref)
+        if builtin is not None:
+            schemas.update(_builtin_component_schemas(builtin))
+            continue
+        crd_schema = (crd_schemas or {}).get((rt.group, rt.version, rt.kind))
+        if crd_schema is None:
+            schema: dict[str, Any] = {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+            }
+        else:
+            schema = kube_native_schema(crd_schema)
+            schemas.update(_builtin_component_schemas(builtin_schemas.OBJECT_META))
         schema["x-kubernetes-group-version-kind"] = [gvk]
-        schemas[_schema_name(rt)] = schema
+        schemas[name] = schema
     return {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": INFO_VERSION},
