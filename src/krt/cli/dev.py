@@ -8,7 +8,8 @@ cluster. With ``--detach`` the cluster runs in the background and the command re
 kruntimes is ready; in the foreground it prints ``Ready`` and serves until Ctrl-C. Re-running
 ``up --detach`` on a running cluster re-applies the install (idempotent) and returns. Every
 object is reported kubectl style; the built-in Runtimes are created only when missing, so
-edits to them survive a re-run (:mod:`krt.cli.dev_install`).
+edits to them survive a re-run (:mod:`krt.cli.dev_install`), while a TLS Secret changed by
+hand is put back with a warning (:func:`krt.cli.dev_apply.replaced_secret_warning`).
 
 While it serves, the cluster process also wires every other namespace that gets a Runtime
 (:mod:`krt.cli.dev_namespaces`): that namespace gets the gateway CA ConfigMap and a peer TLS
@@ -162,7 +163,9 @@ def up(
     configured, unchanged). The system parts (CRDs, RBAC, control plane, gateway) are
     applied like kubectl apply: an edit of them is put back ("configured"). The built-in
     Runtimes python and bash are created only when missing: edits to them (kubectl edit
-    runtime bash) are kept ("kept"); delete one to get its default back.
+    runtime bash) are kept ("kept"); delete one to get its default back. The TLS Secrets
+    (runtime-gateway-tls, kruntimes-peer-tls) hold certificates of the dev CAs, the only
+    ones the dev cluster trusts: one changed by hand is put back, with a warning line.
 
     \b
     Examples:

@@ -13,6 +13,11 @@ has that value (:func:`is_applied`: server defaults are extra fields, not differ
 else replace it with the manifest (keeping ``resourceVersion``, so a concurrent writer gets
 409). Re-running ``krt dev up`` therefore changes nothing and restarts no Pod.
 
+The TLS Secrets are ``krt dev up``'s own: the whole dev cluster trusts only the CAs it
+generated, so one holding a certificate from elsewhere (rotated by hand with kubectl) is put
+back like any other object, but never silently: a ``warning:`` line names the Secret, says
+what was done and why (:func:`replaced_secret_warning`).
+
 An object the user owns once it exists (the built-in demo Runtimes) is applied with
 ``overwrite=False``: created when missing, otherwise left as it is, edits included
 (``kept``). :func:`object_name` words an object as kubectl does (``runtime.kruntimes.io/bash``),
@@ -22,12 +27,14 @@ so every result can be reported per object (``runtime.kruntimes.io/bash kept``).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any, Final, Literal
 
+import click
 import yaml
 
+from krt.cli.dev_certs import foreign_certificate
 from krt.kube.client import Kube
 from krt.kube.errors import AlreadyExists, NotFound
 from krt.kube.resources import (
@@ -49,6 +56,7 @@ __all__ = [
     "load_manifests",
     "object_name",
     "ref_for",
+    "replaced_secret_warning",
 ]
 
 Obj = dict[str, Any]
@@ -171,7 +179,13 @@ def _intent(doc: Mapping[str, Any]) -> Obj:
     return out
 
 
-async def apply(kube: Kube, doc: Mapping[str, Any], *, overwrite: bool = True) -> ApplyResult:
+async def apply(
+    kube: Kube,
+    doc: Mapping[str, Any],
+    *,
+    overwrite: bool = True,
+    warn: Callable[[str], None] | None = None,
+) -> ApplyResult:
     """Create ``doc``, or bring the live object to it; see the module docstring.
 
     Args:
@@ -180,6 +194,8 @@ async def apply(kube: Kube, doc: Mapping[str, Any], *, overwrite: bool = True) -
             namespaced).
         overwrite: replace a live object that differs from ``doc`` (False: leave it as it
             is and return ``"kept"``).
+        warn: told (one line, no newline) when a dev TLS Secret someone else changed is
+            replaced (:func:`replaced_secret_warning`); default: the line goes to stderr.
 
     Returns:
         ``"created"``, ``"configured"`` (replaced), ``"unchanged"`` or ``"kept"``.
@@ -207,6 +223,9 @@ async def apply(kube: Kube, doc: Mapping[str, Any], *, overwrite: bool = True) -
         return "unchanged"
     if not overwrite:
         return "kept"
+    warning = replaced_secret_warning(intent, live)
+    if warning:
+        (warn or _to_stderr)(warning)
     replacement = copy.deepcopy(intent)
     replacement["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
     if ref.kind == "Service":  # the allocated ClusterIP is immutable: keep it
@@ -216,3 +235,45 @@ async def apply(kube: Kube, doc: Mapping[str, Any], *, overwrite: bool = True) -
                 spec[key] = live_spec[key]
     await kube.replace(ref, replacement)
     return "configured"
+
+
+def replaced_secret_warning(desired: Mapping[str, Any], live: Mapping[str, Any]) -> str:
+    """The warning for replacing a dev TLS Secret that someone else changed, or ``""``.
+
+    ``krt dev up`` owns its TLS Secrets (:func:`krt.cli.dev_certs.tls_secret`: labelled
+    ``kruntimes.io/dev``): every part of the dev cluster trusts only the CAs it generated
+    (clients check the gateway against the ``caBundle`` runtimed publishes, the gateway and
+    runtimed check each other against the peer CA), so a certificate from elsewhere breaks
+    invokes, and :func:`apply` puts its own copy back. That is said, not done silently,
+    when the live Secret is not one ``krt dev up`` made
+    (:func:`krt.cli.dev_certs.foreign_certificate`, e.g. rotated by hand); re-issuing its
+    own leaf for new names is routine and says only ``configured``.
+
+    Args:
+        desired: the manifest being applied.
+        live: the object as it is (differs from ``desired``).
+
+    Returns:
+        One line naming the Secret, what is done and why; ``""`` for any other object.
+    """
+    meta = desired.get("metadata") or {}
+    if (
+        desired.get("kind") != "Secret"
+        or desired.get("type") != "kubernetes.io/tls"
+        or (meta.get("labels") or {}).get("kruntimes.io/dev") != "true"
+    ):
+        return ""
+    why = foreign_certificate(live, desired)
+    if not why:
+        return ""
+    return (
+        f"warning: secret {meta.get('namespace')}/{meta.get('name')} was changed since krt dev "
+        f"up made it ({why}); replaced with krt dev up's copy: the dev cluster trusts only the "
+        "CAs krt dev up generated, so another certificate fails its TLS checks (Pods using the "
+        "Secret reload it within about 30 s; for certificates of your own, install the Helm "
+        "chart, docs/install.md)"
+    )
+
+
+def _to_stderr(line: str) -> None:
+    click.echo(line, err=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -35,11 +36,13 @@ from typing import Any, Final
 import trustme
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
 
 __all__ = [
     "GATEWAY_SERVICE",
     "PEER_IDENTITY",
     "TlsPair",
+    "foreign_certificate",
     "gateway_hosts",
     "gateway_tls",
     "installed_cas",
@@ -185,6 +188,57 @@ def tls_secret(name: str, namespace: str, pair: TlsPair) -> dict[str, Any]:
         },
         "data": {"tls.crt": b64(pair.cert), "tls.key": b64(pair.key), "ca.crt": b64(pair.ca)},
     }
+
+
+def foreign_certificate(live: Mapping[str, Any], desired: Mapping[str, Any]) -> str:
+    """Why a live TLS Secret is not one ``krt dev up`` made, or ``""`` when it is.
+
+    ``krt dev up``'s copies hold a leaf signed by the dev CA (``tls.crt``), its key
+    (``tls.key``) and that CA (``ca.crt``). A leaf of the same CA for other names (issued
+    before the gateway's ClusterIP or the Runtime namespaces changed) is still ``krt dev
+    up``'s own: replacing it is a routine re-issue. Anything else was put there by someone
+    else, e.g. a certificate rotated by hand with ``kubectl create secret tls``.
+
+    Args:
+        live: the Secret as the API server returned it (``data`` base64-encoded).
+        desired: the Secret ``krt dev up`` writes (:func:`tls_secret`); its ``ca.crt`` is
+            the dev CA.
+
+    Returns:
+        E.g. ``its tls.crt is not signed by the dev CA``; ``""`` for ``krt dev up``'s own.
+    """
+    data = live.get("data") or {}
+    dev_ca_pem = base64.b64decode((desired.get("data") or {}).get("ca.crt") or "")
+    try:
+        cert_pem = base64.b64decode(data.get("tls.crt") or "", validate=True)
+        key_pem = base64.b64decode(data.get("tls.key") or "", validate=True)
+        ca_pem = base64.b64decode(data.get("ca.crt") or "", validate=True)
+    except ValueError:
+        return "its data is not base64"
+    if not cert_pem or not key_pem:
+        return "it has no tls.crt or no tls.key"
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        return "its tls.crt is not a PEM certificate"
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return "its tls.key is not an unencrypted PEM private key"
+    dev_ca = x509.load_pem_x509_certificate(dev_ca_pem)
+    try:
+        cert.verify_directly_issued_by(dev_ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return "its tls.crt is not signed by the dev CA"
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    encoding = serialization.Encoding.DER
+    if key.public_key().public_bytes(encoding, public) != cert.public_key().public_bytes(
+        encoding, public
+    ):
+        return "its tls.key is not the key of its tls.crt"
+    if ca_pem.strip() != dev_ca_pem.strip():
+        return "its ca.crt is not the dev CA"
+    return ""
 
 
 def _pair(root: Path, name: str, hosts: list[str], *, leaf_dir: Path | None = None) -> TlsPair:

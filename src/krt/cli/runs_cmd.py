@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
+import trio
 
 from krt.api.phases import Phase, WaitTarget, is_terminal, phase_of
 from krt.cli.connection import KubeTarget, kube_options, open_kube
@@ -14,6 +16,7 @@ from krt.cli.deletion_waiting import DeletionProgress, wait_until_gone
 from krt.cli.describing import describe_run
 from krt.cli.exitcodes import ExitCode, epilog
 from krt.cli.failures import CommandFailed, exit_if_failed, report, run_async
+from krt.cli.group_waiting import GroupProgress, wait_until_terminal
 from krt.cli.logs import LogLine, follow_run_logs, log_containers, run_log_lines
 from krt.cli.lookup import get_object, get_objects, list_objects, missing, not_installed, now
 from krt.cli.params import Duration, output_option
@@ -273,47 +276,95 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
     epilog="""\b
 Examples:
   krt cancel my-run
-  krt cancel my-run --wait     # until it is Cancelled (or finished anyway)
+  krt cancel my-run --wait              # until it is Cancelled (or finished anyway)
+  krt cancel a b c                      # those that exist; exit 3 if one was missing
+  krt cancel a b --wait --timeout 1m    # both at once, a line as each one ends
 """,
 )
-@click.argument("name")
-@click.option("--wait", is_flag=True, help="Wait until the Run is terminal.")
-@click.option("--timeout", type=Duration(), default=None, help="Bound on --wait, e.g. 1m.")
+@click.argument("names", nargs=-1, required=True)
+@click.option(
+    "--wait", is_flag=True, help="Wait until every Run is terminal (all of them together)."
+)
+@click.option(
+    "--timeout", type=Duration(), default=None, help="Bound on the whole --wait, e.g. 1m."
+)
 @kube_options
-def cancel_cmd(target: KubeTarget, name: str, wait: bool, timeout: float | None) -> None:
-    """Request cancellation (spec.cancelRequested: true); the Run ends Cancelled."""
-    name = run_name(name)
+def cancel_cmd(
+    target: KubeTarget, names: tuple[str, ...], wait: bool, timeout: float | None
+) -> None:
+    """Request cancellation (spec.cancelRequested: true); each Run ends Cancelled.
 
-    async def main() -> None:
+    As kubectl delete pod a b: every Run that exists gets the request (one line each, in
+    the order given; a finished one is left alone), each missing one is reported on stderr,
+    and the exit code is 3 if any was missing (7 if --wait timed out). --wait follows the
+    Runs together and prints each one's final phase as it ends.
+    """
+    names = _names(names)
+    requested: list[str] = []
+    where: list[str] = []  # the namespace, once connected
+
+    def requests_stand() -> str | None:
+        # Ctrl-C during --wait: the requests are made and stay; say so and how to look
+        if not requested:
+            return None
+        flags = target.flags(where[0])
+        return (
+            f"cancellation stays requested for {', '.join(requested)} "
+            f"(krt get {' '.join(requested)} {flags} shows them)"
+        )
+
+    async def main() -> list[CommandFailed]:
+        failures: list[CommandFailed] = []
         async with open_kube(target) as kube:
-            run = await get_object(kube, RUNS, name, kube.namespace)
-            phase = phase_of((run.get("status") or {}).get("phase"))
-            if is_terminal(phase):
-                click.echo(f"run.kruntimes.io/{name} already finished ({phase.value})")
-                return
-            if not (run.get("spec") or {}).get("cancelRequested"):
+            where.append(kube.namespace)
+            for name in names:
                 try:
-                    await kube.patch(
-                        RUNS, name, kube.namespace, {"spec": {"cancelRequested": True}}
+                    line, pending = await _request_cancel(kube, name)
+                except NotFound as exc:
+                    if exc.details.get("name") != name:
+                        raise not_installed(RUNS) from exc
+                    failures.append(missing(exc, RUNS, name, kube.namespace))
+                    report(failures[-1])
+                    continue
+                click.echo(line)
+                if pending:
+                    requested.append(name)
+            if wait and requested:
+                progress = GroupProgress(requested)
+                with trio.move_on_after(math.inf if timeout is None else timeout) as limit:
+                    failures += await wait_until_terminal(
+                        kube, kube.namespace, progress, _echo_final_phase
                     )
-                except NotFound:
-                    await get_object(kube, RUNS, name, kube.namespace)  # the precise message
-                    raise
-            click.echo(f"run.kruntimes.io/{name} cancel requested")
-            if wait:
-                with time_limit(timeout, f"Run {name} did not finish"):
-                    final = await wait_with_progress(
-                        kube,
-                        kube.namespace,
-                        name,
-                        lambda o: is_terminal(phase_of((o.get("status") or {}).get("phase"))),
-                        Progress(name),
-                    )
-                click.echo(
-                    f"run.kruntimes.io/{name} {phase_of(final['status'].get('phase')).value}"
-                )
+                if limit.cancelled_caught:
+                    assert timeout is not None
+                    raise CommandFailed(ExitCode.TIMED_OUT, progress.timeout_message(timeout))
+        return failures
 
-    run_async(main)
+    exit_if_failed(run_async(main, on_interrupt=requests_stand))
+
+
+async def _request_cancel(kube: Kube, name: str) -> tuple[str, bool]:
+    """Set ``spec.cancelRequested`` on Run ``name`` unless it is finished (``krt cancel``).
+
+    Returns:
+        The line to print and whether the Run is still to end (False: already finished).
+
+    Raises:
+        NotFound: no such Run (or the Run resource is not served).
+    """
+    run = await kube.get(RUNS, name, kube.namespace)
+    phase = phase_of((run.get("status") or {}).get("phase"))
+    if is_terminal(phase):
+        return f"run.kruntimes.io/{name} already finished ({phase.value})", False
+    if not (run.get("spec") or {}).get("cancelRequested"):
+        await kube.patch(RUNS, name, kube.namespace, {"spec": {"cancelRequested": True}})
+    return f"run.kruntimes.io/{name} cancel requested", True
+
+
+def _echo_final_phase(run: Obj) -> None:
+    """``run.kruntimes.io/NAME Cancelled``: a Run waited for by ``krt cancel --wait`` ended."""
+    phase = phase_of((run.get("status") or {}).get("phase"))
+    click.echo(f"run.kruntimes.io/{run['metadata']['name']} {phase.value}")
 
 
 @click.command(
