@@ -11,7 +11,9 @@ Deadlines: ``timeout_millis`` is the invocation timeout (the client's ``X-Krunti
 at most the gateway's maximum). The gRPC call carries ``grpc-timeout`` = timeout + a grace
 (so the Runtime's own DEADLINE_EXCEEDED can come back first) and the gateway enforces the
 same bound locally with a cancel scope; expiry resets the stream (the server sees the
-cancellation) and answers 504. Nothing is ever retried after dispatch.
+cancellation) and answers 504. Nothing is ever retried after dispatch: a connection that
+breaks once the request may have been sent is a 502 ``InvocationInterrupted`` without
+``Retry-After`` (seed 000: "a connection failure may have an unknown execution outcome").
 """
 
 from __future__ import annotations
@@ -24,8 +26,14 @@ import trio
 from google.protobuf.message import DecodeError
 
 from gateway.errors import HttpError
-from gateway.mapping import error_for_status, output_content_type, outputs_header, unavailable
-from gateway.pool import ChannelPool, ConnectFailedError, PoolKey
+from gateway.mapping import (
+    error_for_status,
+    interrupted,
+    output_content_type,
+    outputs_header,
+    unavailable,
+)
+from gateway.pool import ChannelPool, ConnectFailedError, PoolKey, ServiceNotFoundError
 from krt.api import invoke_headers
 from krt.api.endpoint import FunctionEndpointRef
 from krt.grpc.client import ConnectionLostError, GrpcStatusError
@@ -109,9 +117,11 @@ class Invoker:
             The output, its content type and the outputs header.
 
         Raises:
-            HttpError: the mapped error (docs/gateway.md, "Status codes"): 503 when no
-                connection could be made or it broke (the invocation may have run), 504 at
-                the deadline, 4xx/5xx for a gRPC status.
+            HttpError: the mapped error (docs/gateway.md, "Status codes"): 404 when the
+                Runtime's Service name does not exist, 503 when no connection could be made
+                or it broke before the request was sent, 502 ``InvocationInterrupted`` when
+                it broke after (the invocation may have run; never retried), 504 at the
+                deadline, 4xx/5xx for a gRPC status.
         """
         ref = request.ref
         metadata = (
@@ -132,14 +142,23 @@ class Invoker:
                     metadata=metadata,
                     timeout_seconds=deadline,
                 )
+            except ServiceNotFoundError as exc:
+                raise HttpError(
+                    404,
+                    "FunctionNotFound",
+                    f"no Runtime {ref.runtime!r} in namespace {ref.namespace} ({exc})",
+                ) from None
             except ConnectFailedError as exc:
                 raise unavailable(
                     str(exc), retry_after=self._retry_after, reason="RuntimeUnreachable"
                 ) from None
             except ConnectionLostError as exc:
-                outcome = "the invocation may have run" if exc.dispatched else "nothing was sent"
+                if exc.dispatched:
+                    raise interrupted(
+                        f"the connection to the Runtime Service broke during the call ({exc})"
+                    ) from None
                 raise unavailable(
-                    f"connection to the Runtime Service failed ({exc}); {outcome}",
+                    f"connection to the Runtime Service failed ({exc}); nothing was sent",
                     retry_after=self._retry_after,
                     reason="RuntimeUnreachable",
                 ) from None

@@ -15,14 +15,21 @@ NOT_FOUND              404   unknown UID, UID/object mismatch, Run not of this R
 RESOURCE_EXHAUSTED     429   one invocation already in flight (no queue)
 FAILED_PRECONDITION    503   known Run not ready, recovering, terminating, stale owner
 UNAVAILABLE            503   owner unreachable or cache behind (also: no connection)
-CANCELLED              503   the registration was drained or superseded mid-invocation
+ABORTED                502   interrupted after dispatch (a connection broke): may have run
+CANCELLED              502   the registration was drained or superseded mid-invocation
 DEADLINE_EXCEEDED      504   the invocation timed out
 UNKNOWN                500   handler error, message ``"<ErrorType>: <message>"``
-anything else          500   INTERNAL, ABORTED, UNIMPLEMENTED, ...: runtime error
+anything else          500   INTERNAL, UNIMPLEMENTED, DATA_LOSS, ...: runtime error
 =====================  ====  ==============================================================
 
 503 responses carry ``Retry-After`` (seconds): runtimed may send the trailer
-``x-kruntime-retry-after`` (integer seconds, 1-300); otherwise the gateway's default.
+``x-kruntime-retry-after`` (integer seconds, 1-300); otherwise the gateway's default. The
+trailer value ``never`` (a Run that has ended and will never accept invokes again) means a
+503 without ``Retry-After``.
+
+A 502 ``InvocationInterrupted`` carries none: the invocation was dispatched and may have run
+(seed 000: "a connection failure may have an unknown execution outcome"), so a blind retry
+could run it twice; only the caller knows whether its handler is idempotent.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ OUTPUTS_HEADER: Final = invoke_headers.OUTPUTS_HEADER.lower()
 #: Trailer runtimed may set to choose the ``Retry-After`` of a 503 (integer seconds).
 RETRY_AFTER_TRAILER: Final = "x-kruntime-retry-after"
 MAX_RETRY_AFTER_SECONDS: Final = 300
+#: The trailer value meaning "do not retry": the 503 gets no ``Retry-After``.
+RETRY_NEVER: Final = "never"
 #: Error messages from upstream are cut to this many characters in the JSON body.
 MAX_ERROR_MESSAGE_CHARS: Final = 2048
 DEFAULT_OUTPUT_CONTENT_TYPE: Final = "application/json"
@@ -61,8 +70,16 @@ _SIMPLE: Final[Mapping[int, tuple[int, str]]] = {
     StatusCode.DEADLINE_EXCEEDED.value: (504, "InvocationTimeout"),
 }
 _UNAVAILABLE: Final = frozenset(
-    {StatusCode.FAILED_PRECONDITION.value, StatusCode.UNAVAILABLE.value, StatusCode.CANCELLED.value}
+    {StatusCode.FAILED_PRECONDITION.value, StatusCode.UNAVAILABLE.value}
 )
+#: Codes meaning "dispatched, then cut off": runtimed's ABORTED (its connection to the
+#: Runtime Server or owner broke after sending) and the Runtime Server's CANCELLED (the
+#: registration was drained or superseded while the handler ran).
+_INTERRUPTED: Final = frozenset({StatusCode.ABORTED.value, StatusCode.CANCELLED.value})
+#: ``reason`` of an invocation cut off after dispatch (HTTP 502, no ``Retry-After``).
+INTERRUPTED_REASON: Final = "InvocationInterrupted"
+#: What every :data:`INTERRUPTED_REASON` message ends with.
+INTERRUPTED_OUTCOME: Final = "the invocation may have run and was not retried"
 
 
 def status_name(code: int) -> str:
@@ -73,19 +90,42 @@ def status_name(code: int) -> str:
         return f"CODE_{code}"
 
 
-def retry_after_seconds(trailers: Metadata, default: int) -> int:
-    """The ``Retry-After`` for a 503: the upstream trailer if valid, else ``default``."""
+def retry_after_seconds(trailers: Metadata, default: int) -> int | None:
+    """The ``Retry-After`` for a 503: the upstream trailer if valid, else ``default``.
+
+    Returns:
+        Seconds, or ``None`` when runtimed sent ``never`` (send no ``Retry-After``).
+    """
     for name, value in trailers:
-        if name == RETRY_AFTER_TRAILER and value.strip().isdigit():
-            return max(1, min(int(value.strip()[:6]), MAX_RETRY_AFTER_SECONDS))
+        if name != RETRY_AFTER_TRAILER:
+            continue
+        value = value.strip()
+        if value.isascii() and value.isdigit():
+            return max(1, min(int(value[:6]), MAX_RETRY_AFTER_SECONDS))
+        if value == RETRY_NEVER:
+            return None
     return default
 
 
 def unavailable(
-    message: str, *, retry_after: int, reason: str = "FunctionUnavailable"
+    message: str, *, retry_after: int | None, reason: str = "FunctionUnavailable"
 ) -> HttpError:
-    """A 503 with ``Retry-After: retry_after`` (seconds)."""
-    return HttpError(503, reason, message, headers={"retry-after": str(retry_after)})
+    """A 503 with ``Retry-After: retry_after`` (seconds; ``None``: no ``Retry-After``)."""
+    headers = {} if retry_after is None else {"retry-after": str(retry_after)}
+    return HttpError(503, reason, message, headers=headers)
+
+
+def interrupted(message: str, details: Mapping[str, object] | None = None) -> HttpError:
+    """A 502 ``InvocationInterrupted`` (no ``Retry-After``): dispatched, outcome unknown.
+
+    Args:
+        message: what broke, e.g. ``"the connection to the Runtime Service broke (...)"``;
+            :data:`INTERRUPTED_OUTCOME` is appended.
+        details: extra members of the error body (``grpcCode``).
+    """
+    return HttpError(
+        502, INTERRUPTED_REASON, f"{message}; {INTERRUPTED_OUTCOME}", details=details or {}
+    )
 
 
 def error_for_status(
@@ -106,6 +146,8 @@ def error_for_status(
         status, reason = _SIMPLE[code]
         headers = {"www-authenticate": "Bearer"} if status == 401 else {}
         return HttpError(status, reason, message or name, headers=headers, details=details)
+    if code in _INTERRUPTED:
+        return interrupted(message or name, details)
     if code in _UNAVAILABLE:
         error = unavailable(message or name, retry_after=retry_after_seconds(trailers, retry_after))
         return HttpError(error.status, error.reason, error.message, error.headers, details)

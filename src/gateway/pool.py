@@ -15,6 +15,7 @@ retried on a fresh connection only when the old one failed *before* anything was
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from typing import Final
 import trio
 
 from gateway.targets import Resolver, Target
+from krt.api.constants import RUNTIME_LABEL
 from krt.grpc.client import (
     DEFAULT_MAX_MESSAGE_BYTES,
     ConnectionLostError,
@@ -31,6 +33,7 @@ from krt.grpc.client import (
     Metadata,
 )
 from krt.grpc.dial import DIAL_ERRORS, DialProgress, dial_failure, open_stream
+from krt.kube.http11_errors import describe_failure
 
 log = logging.getLogger("gateway.pool")
 
@@ -40,6 +43,51 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
 
 class ConnectFailedError(Exception):
     """No connection to the Runtime Service could be opened; nothing was dispatched."""
+
+
+class ServiceNotFoundError(ConnectFailedError):
+    """The Runtime's Service name does not exist (the resolver answered "name not known").
+
+    A ClusterIP Service name resolves whenever the Service exists, so ``EAI_NONAME`` for
+    ``<service>.<namespace>.svc`` means there is no such Runtime (or namespace): a 404, not
+    a 503 to retry. Temporary resolver failures (``EAI_AGAIN``) stay :class:`ConnectFailedError`.
+    """
+
+
+#: How a TLS handshake cut short by the peer reads in :func:`describe_failure`: the TCP
+#: connection was accepted (a Service proxy or a runtimed going down), then closed.
+_CLOSED_DURING_HANDSHAKE: Final = frozenset(
+    {
+        "the server closed the connection",
+        "the server reset the connection",
+        "unexpected eof while reading",
+    }
+)
+
+
+def _not_found(exc: BaseException, target: Target) -> bool:
+    """Whether ``exc`` says the Service name itself does not exist (NXDOMAIN)."""
+    return (
+        target.host == target.server_name  # the Service name itself, not an override
+        and isinstance(exc, socket.gaierror)
+        and exc.errno == socket.EAI_NONAME
+    )
+
+
+def _closed_during_handshake(
+    exc: BaseException, progress: DialProgress, key: PoolKey
+) -> str | None:
+    """The words for a handshake the peer cut short (EOF or reset), else ``None``.
+
+    Such a close is no certificate problem (those read ``TLS handshake failed: certificate
+    verify failed ...``): nothing serves behind the address yet, typically runtimed restarting.
+    """
+    if progress.step != "TLS handshake" or describe_failure(exc) not in _CLOSED_DURING_HANDSHAKE:
+        return None
+    return (
+        "the connection closed before the TLS handshake completed (is runtimed restarting? "
+        f"kubectl get pods -n {key.namespace} -l {RUNTIME_LABEL}={key.runtime})"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +143,10 @@ class ChannelPool:
     async def _connect(self, key: PoolKey) -> GrpcConnection:
         progress = DialProgress("resolving the Service")
         where = ""
+        target: Target | None = None
         try:
             with trio.fail_after(self._connect_timeout):
-                target: Target = await self._resolver.resolve(key.namespace, key.runtime)
+                target = await self._resolver.resolve(key.namespace, key.runtime)
                 where = f" at {target.authority}"
                 stream = await open_stream(
                     target.host,
@@ -108,7 +157,11 @@ class ChannelPool:
                 )
         except DIAL_ERRORS as exc:
             self._on_connect("error")
-            why = dial_failure(exc, progress, self._connect_timeout)
+            if target is not None and _not_found(exc, target):
+                raise ServiceNotFoundError(f"Service {target.host} does not resolve") from exc
+            why = _closed_during_handshake(exc, progress, key) or dial_failure(
+                exc, progress, self._connect_timeout
+            )
             raise ConnectFailedError(
                 f"cannot connect to the Service of Runtime {key.namespace}/{key.runtime}"
                 f"{where}: {why}"
@@ -150,6 +203,7 @@ class ChannelPool:
         """Return the usable connection for ``key``, opening one if needed.
 
         Raises:
+            ServiceNotFoundError: the Service name does not exist (``EAI_NONAME``).
             ConnectFailedError: resolving or connecting failed or took too long.
         """
         conn = self._connections.get(key)
@@ -180,6 +234,7 @@ class ChannelPool:
         after dispatch is raised as is, never retried.
 
         Raises:
+            ServiceNotFoundError: the Service name does not exist.
             ConnectFailedError: no connection could be opened.
             ConnectionLostError: the connection failed (``dispatched`` tells whether the
                 request may have run).

@@ -253,6 +253,8 @@ async def serve_daemon(
 
             def on_health(state: HealthState) -> None:
                 metrics.server_healthy.set(1.0 if state.healthy else 0.0)
+                if functions is not None:  # Ready=False Unavailable while unhealthy
+                    functions.on_server_health(state)
                 if proxy is not None:
                     proxy.server_down = (
                         None if state.healthy else f"{state.reason}: {state.message}"

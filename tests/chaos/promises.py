@@ -36,7 +36,7 @@ from .timeline import Observation
 from .workload import Execution, InvokeRecord
 
 #: Every status the invoke contract documents (seed 000, seed 002, docs/gateway.md).
-DOCUMENTED_CODES = frozenset({200, 400, 401, 403, 404, 413, 415, 429, 500, 503, 504})
+DOCUMENTED_CODES = frozenset({200, 400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504})
 FAILURE_REASONS = frozenset(str(r) for r in FailureReason)
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Timeout", "Cancelled"})
 

@@ -73,7 +73,8 @@ def test_a_200_without_an_owner_is_a_violation() -> None:
 def test_only_documented_statuses_pass() -> None:
     records = [InvokeRecord("fn", 0, 0, code) for code in (200, 401, 503, 504, 429, 502, 418)]
     records.append(InvokeRecord("fn", 0, 0, 0, error="ConnectError"))
-    assert undocumented_statuses(records) == Counter({502: 1, 418: 1})
+    # 502: InvocationInterrupted (docs/gateway.md), an invocation cut off after dispatch
+    assert undocumented_statuses(records) == Counter({418: 1})
     assert status_counts(records)["transport:ConnectError"] == 1
 
 

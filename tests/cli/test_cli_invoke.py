@@ -119,6 +119,12 @@ async def test_invoke_reads_stdin_and_files(
         ("status-500", ExitCode.SERVER_ERROR, "HTTP 500 InternalError"),
         ("status-503", ExitCode.UNAVAILABLE, "retry later; Retry-After 3s"),
         ("status-504", ExitCode.TIMED_OUT, "raise --timeout"),
+        (
+            "status-502-InvocationInterrupted",
+            ExitCode.SERVER_ERROR,
+            "HTTP 502 InvocationInterrupted: fake InvocationInterrupted (the invocation may "
+            "have run; retry only if the handler is idempotent)",
+        ),
     ],
 )
 async def test_gateway_errors_map_to_exit_codes_with_one_line(

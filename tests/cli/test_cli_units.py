@@ -97,6 +97,52 @@ def test_failure_message_is_one_line_with_reason_advice_and_invocation_id() -> N
     assert failure.message.endswith("[invocation inv-1]")
 
 
+def test_an_interrupted_invocation_says_it_may_have_run_not_retry_later() -> None:
+    # seed 000: a connection that broke after dispatch has an unknown outcome
+    status = 502
+    result = InvokeResult(
+        status=status,
+        body=b"",
+        invocation_id="inv-1",
+        outputs=None,
+        latency_seconds=0.01,
+        error={
+            "code": status,
+            "reason": "InvocationInterrupted",
+            "message": "the connection to the local Runtime Server broke during the invocation"
+            " (peer closed the connection); the invocation may have run and was not retried",
+        },
+        retry_after="1",
+    )
+    failure = failure_for(result)
+    assert failure.code is ExitCode.SERVER_ERROR  # not 8, which means "safe to retry later"
+    assert failure.message.endswith(
+        "may have run and was not retried (retry only if the handler is idempotent)"
+        " [invocation inv-1]"
+    )
+    assert "retry later" not in failure.message
+    assert "Retry-After" not in failure.message
+
+
+def test_a_503_without_retry_after_says_the_function_has_ended() -> None:
+    result = InvokeResult(
+        status=503,
+        body=b"",
+        invocation_id="inv-1",
+        outputs=None,
+        latency_seconds=0.01,
+        error={
+            "code": 503,
+            "reason": "FunctionUnavailable",
+            "message": "the Run has ended (Failed: RegistrationLost); it will not become Ready again",
+        },
+        retry_after=None,
+    )
+    failure = failure_for(result)
+    assert "retry later" not in failure.message
+    assert "create it again" in failure.message
+
+
 @pytest.mark.parametrize(
     ("message", "advice"),
     [

@@ -18,7 +18,7 @@ from gateway.app import GatewayApp
 from gateway.errors import HttpError
 from gateway.invoke import Invoker, InvokeRequest, InvokeResult
 from gateway.metrics import GatewayMetrics
-from gateway.pool import ConnectFailedError, PoolKey
+from gateway.pool import ConnectFailedError, PoolKey, ServiceNotFoundError
 from gateway.validation import MAX_BODY_BYTES
 from krt.api.endpoint import FunctionEndpointRef
 from krt.grpc.client import ConnectionLostError
@@ -341,7 +341,6 @@ async def test_gateway_deadline_cancels_the_call_and_answers_504(
     ("error", "reason"),
     [
         (ConnectFailedError("refused"), "RuntimeUnreachable"),
-        (ConnectionLostError("reset", dispatched=True), "RuntimeUnreachable"),
         (ConnectionLostError("reset", dispatched=False), "RuntimeUnreachable"),
     ],
 )
@@ -351,6 +350,33 @@ async def test_connection_failures_are_503_with_retry_after(error: Exception, re
         await invoker.invoke(invoke_request())
     assert (excinfo.value.status, excinfo.value.reason) == (503, reason)
     assert excinfo.value.headers["retry-after"] == "7"
+
+
+async def test_a_connection_lost_after_dispatch_is_502_interrupted_without_retry_after() -> None:
+    """Seed 000: no retry after dispatch; the outcome is unknown, so no "retry later" 503."""
+    lost = ConnectionLostError("peer closed the connection", dispatched=True)
+    invoker = Invoker(HangingPool(lost), deadline_grace_seconds=0.5, retry_after_seconds=7)  # type: ignore[arg-type]
+    with pytest.raises(HttpError) as excinfo:
+        await invoker.invoke(invoke_request())
+    assert (excinfo.value.status, excinfo.value.reason) == (502, "InvocationInterrupted")
+    assert "retry-after" not in excinfo.value.headers
+    assert excinfo.value.message == (
+        "the connection to the Runtime Service broke during the call (peer closed the "
+        "connection); the invocation may have run and was not retried"
+    )
+
+
+async def test_a_service_name_that_does_not_exist_is_404_function_not_found() -> None:
+    missing = ServiceNotFoundError("Service runtime-nosuch.default.svc does not resolve")
+    invoker = Invoker(HangingPool(missing), deadline_grace_seconds=0.5, retry_after_seconds=7)  # type: ignore[arg-type]
+    with pytest.raises(HttpError) as excinfo:
+        await invoker.invoke(invoke_request())
+    assert (excinfo.value.status, excinfo.value.reason) == (404, "FunctionNotFound")
+    assert "retry-after" not in excinfo.value.headers
+    assert excinfo.value.message == (
+        f"no Runtime {RUNTIME!r} in namespace {NAMESPACE} "
+        "(Service runtime-nosuch.default.svc does not resolve)"
+    )
 
 
 # --- fuzzing: nothing crashes, every rejection is documented ----------------------------------

@@ -48,7 +48,9 @@ async def test_success_returns_output_content_type_outputs_and_invocation_id(
         (purerpc.StatusCode.NOT_FOUND, "no function run with this UID", 404, "FunctionNotFound"),
         (purerpc.StatusCode.FAILED_PRECONDITION, "run is recovering", 503, "FunctionUnavailable"),
         (purerpc.StatusCode.UNAVAILABLE, "owner unreachable", 503, "FunctionUnavailable"),
-        (purerpc.StatusCode.CANCELLED, "registration drained", 503, "FunctionUnavailable"),
+        # dispatched, then cut off: may have run, so no 503 + Retry-After (seed 000)
+        (purerpc.StatusCode.CANCELLED, "registration drained", 502, "InvocationInterrupted"),
+        (purerpc.StatusCode.ABORTED, "connection broke", 502, "InvocationInterrupted"),
         (purerpc.StatusCode.RESOURCE_EXHAUSTED, "one invocation in flight", 429, "TooManyRequests"),
         (purerpc.StatusCode.DEADLINE_EXCEEDED, "handler timed out", 504, "InvocationTimeout"),
         (purerpc.StatusCode.UNAUTHENTICATED, "token expired", 401, "Unauthorized"),
@@ -56,7 +58,6 @@ async def test_success_returns_output_content_type_outputs_and_invocation_id(
         (purerpc.StatusCode.INVALID_ARGUMENT, "bad request", 400, "InvalidArgument"),
         (purerpc.StatusCode.UNKNOWN, "ValueError: bad input", 500, "HandlerError"),
         (purerpc.StatusCode.INTERNAL, "adapter crashed", 500, "InternalError"),
-        (purerpc.StatusCode.ABORTED, "aborted", 500, "InternalError"),
         (purerpc.StatusCode.UNIMPLEMENTED, "no FunctionRuntime", 500, "InternalError"),
     ],
 )
@@ -73,7 +74,10 @@ async def test_grpc_status_maps_to_http_status(
         assert response.status_code == status
         error = error_body(response)
         assert error["reason"] == reason
-        assert error["message"] == message
+        if status == 502:
+            assert error["message"] == f"{message}; the invocation may have run and was not retried"
+        else:
+            assert error["message"] == message
         assert error["invocationId"] == "inv-7"
         assert error["grpcCode"] == code.name
         assert response.headers["x-kruntime-invocation-id"] == "inv-7"

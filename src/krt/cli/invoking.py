@@ -404,6 +404,12 @@ _ADVICE: Final[dict[int, str]] = {
 }
 
 
+#: ``reason`` of an invocation cut off after it was sent (HTTP 502; it may have run).
+INTERRUPTED_REASON: Final = "InvocationInterrupted"
+#: Advice for :data:`INTERRUPTED_REASON` (exit 13, not the 503's "retry later", exit 8).
+_INTERRUPTED_ADVICE: Final = "retry only if the handler is idempotent"
+
+
 #: HandlerError messages that are not the handler raising, by their leading error type.
 _HANDLER_RESULT_ADVICE: dict[str, str] = {
     "OutputTooLarge": "the handler returned more than the 1 MiB invoke output limit",
@@ -435,7 +441,17 @@ def failure_for(result: InvokeResult, *, name: str = "") -> CommandFailed:
     if message:
         text += f": {message}"
     advice = _ADVICE.get(result.status)
-    if result.status == 500:
+    if reason == INTERRUPTED_REASON:
+        # dispatched, then cut off (docs/gateway.md): not "retry later" like a 503
+        advice = (
+            _INTERRUPTED_ADVICE
+            if "may have run" in message
+            else f"the invocation may have run; {_INTERRUPTED_ADVICE}"
+        )
+    elif result.status == 503 and not result.retry_after:
+        # runtimed sends no Retry-After for a Run that has ended (docs/gateway.md)
+        advice = "it will not become Ready again; create it again to invoke it"
+    elif result.status == 500:
         advice = (
             _handler_advice(message, name)
             if code is ExitCode.HANDLER_ERROR

@@ -271,6 +271,13 @@ class LeanGrpcConnection(GRPCConnection):  # type: ignore[misc]
         known = self._parsed.get(key)
         if known is None:
             parsed = super()._response_received(event)
+            if event.stream_ended and parsed[0].custom_metadata:
+                # Trailers-Only (gRPC over HTTP/2): its custom metadata is the call's
+                # trailers; purerpc's destructive parse left it all on the response event
+                parsed[1].custom_metadata = parsed[0].custom_metadata + tuple(
+                    parsed[1].custom_metadata
+                )
+                parsed[0].custom_metadata = ()
             if not event.stream_ended:  # purerpc made its own buffer: ours decompresses right
                 self.message_read_buffers[event.stream_id] = ReadBuffer(
                     parsed[0].message_encoding, self._max_message_length

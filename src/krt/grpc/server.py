@@ -407,7 +407,8 @@ async def _close(stream: GRPCProtoStream, status: Status) -> None:
     try:
         if not _response_started(stream):
             await stream.start_response()
-        await stream.close(bounded(status))
+        status = bounded(status)
+        await stream.close(status, custom_metadata=getattr(status, "trailers", ()))
     except (GRPCError, h2.exceptions.ProtocolError, TypeError):
         # reset or already closed by the peer: nobody is left to tell.
         pass

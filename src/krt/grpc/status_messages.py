@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
+from collections.abc import Iterable
 from typing import Any, Final
 
 import hpack
@@ -37,6 +38,40 @@ _MAX_ENCODED_PER_CHAR: Final = 12
 _UNENCODED_PUNCTUATION: Final = "".join(
     chr(c) for c in range(0x20, 0x7F) if not chr(c).isalnum() and chr(c) not in "%_.-~"
 )
+
+
+class StatusWithTrailers(Status):  # type: ignore[misc]
+    """A :class:`~purerpc.grpclib.status.Status` that ends its call with custom trailers too.
+
+    A servicer raises ``purerpc.RpcFailedError(StatusWithTrailers(code, message, trailers))``
+    to send trailing metadata with an error status (purerpc's ``RpcFailedError`` carries only
+    the code and message), e.g. runtimed's ``x-kruntime-retry-after`` for the gateway.
+
+    Args:
+        status_code: the gRPC status.
+        status_message: the ``grpc-message`` (bounded as any other).
+        trailers: ``(name, value)`` pairs: lowercase names that are not ``grpc-`` reserved
+            ones, printable ASCII values.
+
+    Raises:
+        ValueError: a name is not lowercase, is reserved (``grpc-...``) or a value is not
+            printable ASCII.
+    """
+
+    def __init__(
+        self,
+        status_code: StatusCode | int,
+        status_message: str = "",
+        trailers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        super().__init__(status_code, status_message)
+        pairs = tuple((str(name), str(value)) for name, value in trailers)
+        for name, value in pairs:
+            if not name or name != name.lower() or name.startswith(("grpc-", ":")):
+                raise ValueError(f"trailer name {name!r} must be lowercase and not reserved")
+            if not (value.isascii() and value.isprintable()):
+                raise ValueError(f"trailer {name!r}: value must be printable ASCII")
+        self.trailers = pairs
 
 
 def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> str:
@@ -67,8 +102,14 @@ def fit_status_message(message: str, limit: int = MAX_STATUS_MESSAGE_BYTES) -> s
 
 
 def bounded(status: Status) -> Status:
-    """``status`` with its message made valid UTF-8 and cut by :func:`fit_status_message`."""
-    return Status(status.status_code, fit_status_message(status.status_message or ""))
+    """``status`` with its message made valid UTF-8 and cut by :func:`fit_status_message`.
+
+    The trailers of a :class:`StatusWithTrailers` are kept.
+    """
+    message = fit_status_message(status.status_message or "")
+    if isinstance(status, StatusWithTrailers):
+        return StatusWithTrailers(status.status_code, message, status.trailers)
+    return Status(status.status_code, message)
 
 
 def encode_status_message(message: str) -> str:
@@ -96,6 +137,8 @@ def status_fields(status: Status) -> list[tuple[str, str]]:
     message = fit_status_message(status.status_message or "")
     if message:
         fields.append(hpack.NeverIndexedHeaderTuple("grpc-message", encode_status_message(message)))
+    if isinstance(status, StatusWithTrailers):
+        fields.extend(status.trailers)
     return fields
 
 
@@ -120,6 +163,8 @@ def status_for_error(error: Exception, *, request_type: Any, name: str) -> Statu
         with its traceback, for anything else.
     """
     if isinstance(error, RpcFailedError):
+        if isinstance(error.status, StatusWithTrailers):
+            return error.status
         return Status(error.status.status_code, error.status.status_message)
     if isinstance(error, DecodeError):
         type_name = request_type.DESCRIPTOR.full_name

@@ -43,11 +43,17 @@ class RunView:
         attempt: ``status.attempt``, the registration attempt (0 before the first claim).
         assigned_pod_uid: ``status.assignedPodUID`` ("" when unassigned).
         ready: phase Ready and condition ``Ready=True``.
-        terminating: deletion requested, ``spec.cancelRequested``, or a terminal phase.
+        terminating: deletion requested, or ``spec.cancelRequested`` before a terminal phase.
+        ended: ``"<phase>: <status.reason>"`` of a terminal phase (the Run will never be
+            Ready again), else "".
+        not_ready: why a Run that is not :attr:`ready` is not (``"<reason>: <message>"`` of
+            its Ready condition, or its phase), else "".
         resource_version: ``metadata.resourceVersion`` of the observed object.
         expires_at: end of the Run's lifetime (``status.startTime`` + ``spec.timeout``) in
             unix seconds, or ``None`` without a timeout (invocation timeouts are bounded by it,
             seed 002, Invocation Semantics).
+        timeout: ``spec.timeout`` as written (e.g. ``"5s"``), or "" (named when the lifetime
+            cuts an invocation short).
     """
 
     uid: str
@@ -58,6 +64,9 @@ class RunView:
     ready: bool
     terminating: bool
     resource_version: str = ""
+    ended: str = ""
+    not_ready: str = ""
+    timeout: str = ""
     expires_at: float | None = None
 
 
@@ -94,6 +103,21 @@ def _condition_true(status: Mapping[str, Any], kind: str) -> bool:
     return False
 
 
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == kind:
+            return condition
+    return None
+
+
+def _not_ready(phase: str, condition: Mapping[str, Any] | None) -> str:
+    """Why a non-terminal function Run is not Ready, from its Ready condition or phase."""
+    if condition is not None and condition.get("reason"):
+        message = str(condition.get("message") or "")[:512]
+        return f"{condition['reason']}: {message}" if message else str(condition["reason"])
+    return f"phase {phase}"
+
+
 def _expires_at(spec: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:
     timeout, start = spec.get("timeout"), status.get("startTime")
     if not isinstance(timeout, str) or not isinstance(start, str):
@@ -123,18 +147,26 @@ def run_view(obj: Mapping[str, Any], *, runtime: str) -> RunView | None:
     phase = str(status.get("phase") or Phase.PENDING)
     attempt = status.get("attempt")
     terminal = phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.TIMEOUT, Phase.CANCELLED)
+    condition = _condition(status, RunConditionType.READY)
+    ready = phase == Phase.READY and condition is not None and condition.get("status") == "True"
+    ended = ""
+    if terminal:
+        reason = status.get("reason")
+        ended = f"{phase}: {reason}" if isinstance(reason, str) and reason else phase
     return RunView(
         uid=uid,
         namespace=str(meta.get("namespace") or ""),
         name=name,
         attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 0,
         assigned_pod_uid=str(status.get("assignedPodUID") or ""),
-        ready=phase == Phase.READY and _condition_true(status, RunConditionType.READY),
+        ready=ready,
         terminating=bool(meta.get("deletionTimestamp"))
-        or spec.get("cancelRequested") is True
-        or terminal,
+        or (spec.get("cancelRequested") is True and not terminal),
         resource_version=str(meta.get("resourceVersion") or ""),
         expires_at=_expires_at(spec, status),
+        ended=ended,
+        not_ready="" if ready or terminal else _not_ready(phase, condition),
+        timeout=spec["timeout"] if isinstance(spec.get("timeout"), str) else "",
     )
 
 

@@ -25,7 +25,9 @@ Capacity and Concurrency) fixes the rest. One call goes through, in order:
 
 Upstream answers pass through with their code, except that a Runtime Server NOT_FOUND (it
 lost the registration) becomes FAILED_PRECONDITION: the Run exists, it is recovering (503,
-not 404). A connection that fails is UNAVAILABLE; nothing is retried after dispatch. The
+not 404). A connection that fails before the request was sent is UNAVAILABLE; one that
+breaks after it was sent is ABORTED (the invocation may have run: gateway 502
+``InvocationInterrupted``, no ``Retry-After``); nothing is retried after dispatch. The
 private registration ID is cleared from the response: the gateway never sees it.
 
 Cancellation: the connection handler (:mod:`runtimed.dataplane.server`) cancels the call
@@ -58,6 +60,7 @@ from google.protobuf.message import DecodeError
 from krt.api import limits
 from krt.api.invoke_headers import NAMESPACE_METADATA, RUNTIME_METADATA
 from krt.grpc.client import ConnectionLostError, GrpcStatusError, Metadata
+from krt.grpc.status_messages import StatusWithTrailers
 from krt.grpc.unary_server import current_call_scope
 from krt.invocation_slots import Busy, InvocationSlots
 from krt.kube.clock import Clock, SystemClock
@@ -113,6 +116,13 @@ _SERVICE_ONLY: Final = (
 )
 #: Metadata forwarded unchanged on a hop (besides ``authorization``).
 _FORWARDED: Final = (NAMESPACE_METADATA, RUNTIME_METADATA)
+#: Trailer telling the gateway which ``Retry-After`` a 503 gets (docs/gateway.md).
+RETRY_AFTER_TRAILER: Final = "x-kruntime-retry-after"
+#: Its value for a Run that will never accept invokes again: the gateway sends none.
+_NEVER_RETRY: Final = ((RETRY_AFTER_TRAILER, "never"),)
+#: Seconds before the Run's lifetime ends from which a CANCELLED answer counts as the
+#: lifetime's cleanup (the clock's and the lifecycle's granularity).
+_LIFETIME_SLACK_SECONDS: Final = 0.1
 #: An invocation ID's characters (seed 000/002: visible ASCII).
 _VISIBLE_ASCII: Final = re.compile(r"[\x21-\x7e]+")
 
@@ -161,12 +171,21 @@ class ProxyIdentity:
 
 
 class _Reject(Exception):
-    """Answer the call with ``code`` and ``message`` (internal control flow)."""
+    """Answer the call with ``code``, ``message`` and trailers (internal control flow)."""
 
-    def __init__(self, code: purerpc.StatusCode, message: str) -> None:
+    def __init__(
+        self, code: purerpc.StatusCode, message: str, trailers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.trailers = trailers
+
+    def status(self) -> purerpc.Status:
+        """The call's status (with the trailers, if any)."""
+        if self.trailers:
+            return StatusWithTrailers(self.code, self.message, self.trailers)
+        return purerpc.Status(self.code, self.message)
 
 
 def _values(metadata: Iterable[tuple[str, str]], name: str) -> list[str]:
@@ -331,7 +350,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
                     **self._elapsed(started),
                 },
             )
-            raise purerpc.RpcFailedError(purerpc.Status(reject.code, reject.message)) from None
+            raise purerpc.RpcFailedError(reject.status()) from None
         except Exception:
             code = "INTERNAL"
             log.exception("invoke failed", extra={**fields, **self._elapsed(started)})
@@ -428,7 +447,8 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         if isinstance(decision, NotFound):
             raise _Reject(purerpc.StatusCode.NOT_FOUND, decision.reason)
         if isinstance(decision, Unavailable):
-            raise _Reject(purerpc.StatusCode[decision.code.value], decision.reason)
+            trailers = () if decision.retry else _NEVER_RETRY
+            raise _Reject(purerpc.StatusCode[decision.code.value], decision.reason, trailers)
         raise AssertionError(f"not a refusal: {decision!r}")  # pragma: no cover
 
     async def _authorize(self, token: str, namespace: str, name: str, uid: str) -> Outcome:
@@ -455,7 +475,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         try:
             async with self.slots.claim(decision.run.uid, call=current_call_scope()):
                 # after the claim: a wait for a cancelled holder's release counts against it
-                request, remaining = self._local_request(decision, message, deadline)
+                request, remaining, lifetime = self._local_request(decision, message, deadline)
                 payload = await self.server.unary_call(
                     self.identity.server_host,
                     self.identity.server_port,
@@ -471,26 +491,45 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
                     purerpc.StatusCode.FAILED_PRECONDITION,
                     f"the Runtime Server has no registration for the Run: {exc.message}",
                 ) from None
+            if lifetime is not None and self._lifetime_cut(exc.code, decision):
+                raise _Reject(
+                    purerpc.StatusCode.DEADLINE_EXCEEDED,
+                    _lifetime_message(decision.run.timeout, lifetime),
+                ) from None
             raise _Reject(_status_code(exc.code), exc.message) from None
         except ConnectFailed as exc:
             raise _Reject(
                 purerpc.StatusCode.UNAVAILABLE, f"the local Runtime Server is unreachable: {exc}"
             ) from None
         except ConnectionLostError as exc:
-            raise _Reject(
-                purerpc.StatusCode.UNAVAILABLE,
-                f"the connection to the local Runtime Server failed: {exc}",
-            ) from None
+            raise _lost("the local Runtime Server", exc) from None
         return _response(payload, message)
+
+    def _lifetime_cut(self, code: int, decision: Local) -> bool:
+        """Whether a lifetime-bounded call's error status means the lifetime cut it short.
+
+        DEADLINE_EXCEEDED: the deadline was the lifetime. CANCELLED once the lifetime has
+        passed: runtimed's lifetime cleanup unregistered the Run under the invocation.
+        """
+        if code == purerpc.StatusCode.DEADLINE_EXCEEDED.value:
+            return True
+        expires_at = decision.run.expires_at
+        return (
+            code == purerpc.StatusCode.CANCELLED.value
+            and expires_at is not None
+            and self.clock.now().timestamp() >= expires_at - _LIFETIME_SLACK_SECONDS
+        )
 
     def _local_request(
         self, decision: Local, message: Any, deadline: float
-    ) -> tuple[bytes, float | None]:
+    ) -> tuple[bytes, float | None, float | None]:
         """The Runtime Server's request: the private registration ID, a bounded timeout.
 
         Returns:
-            The serialized request and the call's deadline from now (seconds; ``None``:
-            unbounded).
+            The serialized request, the call's deadline from now (seconds; ``None``:
+            unbounded) and, when the Run's remaining lifetime (``spec.timeout``) is what
+            bounds it (shorter than both the caller's deadline and ``timeout_millis``),
+            that lifetime in seconds (else ``None``).
 
         Raises:
             _Reject: FAILED_PRECONDITION once the Run's lifetime has ended.
@@ -499,6 +538,7 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
         forward.CopyFrom(message)
         forward.registration.registration_id = decision.registration_id
         remaining = self._remaining(deadline)
+        bound: float | None = None
         if decision.run.expires_at is not None:
             lifetime = decision.run.expires_at - self.clock.now().timestamp()
             if lifetime <= 0:
@@ -506,13 +546,16 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
                     purerpc.StatusCode.FAILED_PRECONDITION,
                     "the Run's lifetime (spec.timeout) has ended; it is terminating",
                 )
+            requested_s = message.timeout_millis / 1000 if message.timeout_millis > 0 else math.inf
+            if lifetime < requested_s and (remaining is None or lifetime < remaining):
+                bound = lifetime
             remaining = lifetime if remaining is None else min(remaining, lifetime)
         if remaining is not None:
             # seed 002: timeout_millis is bounded by the Run lifetime and the caller's deadline
             budget = max(1, int(remaining * 1000))
             requested = int(message.timeout_millis)
             forward.timeout_millis = min(requested, budget) if requested > 0 else budget
-        return bytes(forward.SerializeToString()), remaining
+        return bytes(forward.SerializeToString()), remaining, bound
 
     async def _call_owner(
         self,
@@ -549,16 +592,18 @@ class InvokeProxy(runtime_grpc.FunctionRuntimeServicer):  # type: ignore[misc]
                     timeout_seconds=self._remaining(deadline),
                 )
         except GrpcStatusError as exc:
-            raise _Reject(_status_code(exc.code), exc.message) from None
+            kept = tuple(
+                (k, v)
+                for k, v in exc.trailers
+                if k == RETRY_AFTER_TRAILER and v.isascii() and v.isprintable()
+            )
+            raise _Reject(_status_code(exc.code), exc.message, kept[:1]) from None
         except ConnectFailed as exc:
             raise _Reject(
                 purerpc.StatusCode.UNAVAILABLE, f"the owner runtimed is unreachable: {exc}"
             ) from None
         except ConnectionLostError as exc:
-            raise _Reject(
-                purerpc.StatusCode.UNAVAILABLE,
-                f"the connection to the owner runtimed failed: {exc}",
-            ) from None
+            raise _lost("the owner runtimed", exc) from None
         return _response(payload, message)
 
     # -- Pod-local operations are not public ---------------------------------------------------
@@ -581,6 +626,41 @@ _CODES: Final[Mapping[int, purerpc.StatusCode]] = {code.value: code for code in 
 
 def _status_code(value: int) -> purerpc.StatusCode:
     return _CODES.get(value, purerpc.StatusCode.UNKNOWN)
+
+
+def _lost(upstream: str, exc: ConnectionLostError) -> _Reject:
+    """The answer for a connection to ``upstream`` that broke during the call.
+
+    Before anything was sent (after the one replacement connection): UNAVAILABLE, the
+    invocation did not run (gateway 503, retry later). After dispatch: ABORTED, the
+    invocation may have run and is never retried (seed 000: "a connection failure may have
+    an unknown execution outcome"; gRPC: retry "at a higher level", i.e. only a caller
+    whose handler is idempotent); the gateway answers 502 ``InvocationInterrupted``.
+    """
+    if not exc.dispatched:
+        return _Reject(
+            purerpc.StatusCode.UNAVAILABLE,
+            f"the connection to {upstream} failed before the invocation was sent: {exc}",
+        )
+    return _Reject(
+        purerpc.StatusCode.ABORTED,
+        f"the connection to {upstream} broke during the invocation ({exc})",
+    )
+
+
+def _lifetime_message(timeout: str, lifetime: float) -> str:
+    """The DEADLINE_EXCEEDED message of an invocation the Run's lifetime cut short.
+
+    Args:
+        timeout: ``spec.timeout`` as written ("" when unknown).
+        lifetime: seconds the Run had left when the invocation was dispatched.
+    """
+    limit = f"spec.timeout {timeout}" if timeout else "spec.timeout"
+    return (
+        f"the function's lifetime ({limit}) ended {lifetime:.1f} s into the invocation; "
+        "an invocation is bounded by the Run's remaining lifetime (the Run ends with phase "
+        "Timeout, LifetimeExceeded)"
+    )
 
 
 def _response(payload: bytes, request: Any) -> Any:

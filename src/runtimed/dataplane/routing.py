@@ -7,7 +7,11 @@ happens to one InvokeFunction call. No I/O: the trio adapter is :mod:`runtimed.d
 Seed 000 rules, and how each is decided here:
 
 * unknown UID (or not a function Run of this Runtime): :class:`NotFound` (HTTP 404);
-* known but not Ready, recovering or terminating: :class:`Unavailable` (HTTP 503);
+* known but not Ready, recovering or terminating: :class:`Unavailable` (HTTP 503), saying
+  why (the Ready condition's reason and message);
+* known but ended (a terminal phase, no deletion in progress): :class:`Unavailable` with
+  ``retry=False`` (HTTP 503 without ``Retry-After``): it will never be Ready again, so a
+  client must not be told to retry (a deleting Run stays "terminating");
 * local owner: :class:`Local`, only when this Pod is the assigned Pod *and* the local
   registration is accepting invokes for exactly the attempt the cache shows;
 * remote owner: :class:`Remote`, one hop carrying the expected Run UID, attempt and
@@ -96,10 +100,18 @@ class NotFound:
 
 @dataclass(frozen=True, slots=True)
 class Unavailable:
-    """The Run exists (or may) but cannot be invoked now (HTTP 503)."""
+    """The Run exists (or may) but cannot be invoked now (HTTP 503).
+
+    Attributes:
+        code: the gRPC code.
+        reason: the message.
+        retry: False when the Run will never accept invokes again (it ended): the gateway
+            then sends no ``Retry-After`` (runtimed's ``x-kruntime-retry-after: never``).
+    """
 
     code: UnavailableCode
     reason: str
+    retry: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +194,17 @@ def decide(
         return refused
     if run.terminating:
         return Unavailable(_FP, "the Run is terminating")
+    if run.ended:
+        return Unavailable(
+            _FP,
+            f"the Run has ended ({run.ended}); it will not become Ready again "
+            "(create it again to invoke it)",
+            retry=False,
+        )
     if not run.ready or not run.assigned_pod_uid:
-        return Unavailable(_FP, "the Run is not Ready (registering or recovering)")
+        return Unavailable(
+            _FP, f"the Run is not Ready ({run.not_ready or 'registering or recovering'})"
+        )
     if run.assigned_pod_uid == self_pod_uid:
         if local is None or not local.accepts_invokes or not local.registration_id:
             return Unavailable(_FP, "the Run is not registered and ready on its owner Pod")

@@ -17,9 +17,22 @@ again. Order of the rules (first match wins), for a function Run assigned to thi
    *current* attempt -> :class:`Fail` through the shared retry engine (in place: attempt + 1
    and a new registration, or Failed); in retry backoff -> :class:`Wait` /
    :class:`ResumeRetry`; no finalizer -> :class:`AddFinalizer` (always before
-   registration); not registered for the current attempt -> :class:`Register` (``adopt``
-   when the phase is already Ready: re-adoption after a runtimed restart writes no status);
-   registered while Running -> :class:`MarkReady`; otherwise :class:`Serve`.
+   registration); Ready while the local Runtime Server fails its health checks ->
+   :class:`MarkUnavailable` (``Ready=False Unavailable``, once per outage), then
+   :class:`Serve` until it answers again; a registration not confirmed since such an outage
+   -> :class:`Confirm` (FunctionStatus); not registered for the current attempt ->
+   :class:`Register` (``adopt`` when the phase is already Ready: re-adoption after a
+   runtimed restart writes no status); registered while Running, or Ready with the
+   condition not ``True/FunctionRegistered`` -> :class:`MarkReady`; otherwise :class:`Serve`.
+
+Seed 000: "Ready=True means the assigned runtimed has registered the Run UID with the local
+Runtime Server and can accept invokes"; while the server fails its health checks (runtimed
+sets its Pod's ``RuntimedReady`` False and answers invokes 503) it cannot. The phase stays
+Ready: the Run is still registered and holds its reservation, no attempt is consumed and
+nothing re-registers (``Ready -> Running`` is the in-place retry of a new attempt); the
+condition says it is not invocable now, as a Pod's ``Ready`` condition does within its
+phase. Once the server answers, FunctionStatus confirms the registration (READY: back to
+``Ready=True``; gone or failed: the registration failure path, ``RegistrationLost``).
 
 A Run not (or no longer) assigned to this Pod, or Pending again after the reaper's requeue,
 only has its local leftovers released. Nothing here writes status per invocation: the
@@ -34,7 +47,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TypeAlias
 
-from krt.api.conditions import find_condition
+from krt.api.conditions import bound_message, find_condition, set_condition, wire_conditions
 from krt.api.constants import (
     REGISTRATION_CLEANUP_FINALIZER,
     ConditionStatus,
@@ -73,6 +86,8 @@ __all__ = [
     "Ignore",
     "LocalView",
     "MarkReady",
+    "MarkUnavailable",
+    "Confirm",
     "Register",
     "Release",
     "RemoveFinalizer",
@@ -82,6 +97,7 @@ __all__ = [
     "decide_function",
     "failure_from_register_error",
     "is_function_run",
+    "unavailable_patch",
 ]
 
 
@@ -95,6 +111,8 @@ class LocalView:
         failure: a registration failure or loss of :attr:`attempt` not yet applied.
         idle_expired: the idle poller saw ``idleTimeoutSeconds`` pass with nothing in flight.
         cleaned: cleanup ran to the end (unregistered, files removed): nothing is held here.
+        unconfirmed: the Runtime Server failed its health checks since the registration was
+            last confirmed: ask FunctionStatus before saying ``Ready=True`` again.
     """
 
     attempt: int | None = None
@@ -102,6 +120,7 @@ class LocalView:
     failure: Failure | None = None
     idle_expired: bool = False
     cleaned: bool = False
+    unconfirmed: bool = False
 
 
 class CleanupKind(StrEnum):
@@ -168,6 +187,18 @@ class MarkReady:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkUnavailable:
+    """Write ``patch``: ``Ready=False/Unavailable`` (phase kept), the health failure as message."""
+
+    patch: StatusPatch
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """Ask FunctionStatus whether the registration survived the Runtime Server's outage."""
+
+
+@dataclass(frozen=True, slots=True)
 class Serve:
     """Ready and registered: keep the idle poller running.
 
@@ -224,6 +255,8 @@ FunctionAction: TypeAlias = (
     | RemoveFinalizer
     | Register
     | MarkReady
+    | MarkUnavailable
+    | Confirm
     | Serve
     | Fail
     | ResumeRetry
@@ -277,6 +310,45 @@ def _needs_lookup(run: Run, local: LocalView | None) -> bool:
     return local is None or not (local.registered or local.cleaned)
 
 
+def _marked_unavailable(run: Run) -> bool:
+    ready = find_condition(run.status.conditions, RunConditionType.READY)
+    return (
+        ready is not None
+        and ready.status is ConditionStatus.FALSE
+        and ready.reason == Reason.UNAVAILABLE
+    )
+
+
+def unavailable_patch(run: Run, *, problem: str, now: datetime) -> StatusPatch:
+    """A Ready function Run whose Runtime Server fails its health checks: ``Ready=False``.
+
+    The phase stays Ready (see the module docstring); ``status.reason``/``message`` say why
+    (``krt get -o wide``), as the condition does.
+
+    Args:
+        run: the Run (phase Ready).
+        problem: the health failure, e.g. ``"RuntimeServerUnreachable: connection refused"``.
+        now: the wall clock (``lastTransitionTime``).
+    """
+    message = bound_message(
+        f"the local Runtime Server is not answering its health checks ({problem}); "
+        "invokes get 503 until it answers again and the registration is confirmed"
+    )
+    conditions = set_condition(
+        run.status.conditions,
+        RunConditionType.READY,
+        False,
+        reason=Reason.UNAVAILABLE,
+        message=message,
+        now=now,
+    )
+    return {
+        "reason": Reason.UNAVAILABLE.value,
+        "message": message,
+        "conditions": wire_conditions(conditions),
+    }
+
+
 def _ready_and_current(run: Run, endpoint: Endpoint) -> bool:
     ready = find_condition(run.status.conditions, RunConditionType.READY)
     return (
@@ -294,6 +366,7 @@ def decide_function(
     local: LocalView | None,
     endpoint: Endpoint,
     now: datetime,
+    server_down: str | None = None,
 ) -> FunctionAction:
     """The next step for one function Run (see the module docstring for the rule order).
 
@@ -303,6 +376,8 @@ def decide_function(
         local: local knowledge, ``None`` when this runtimed holds nothing for the Run.
         endpoint: the ``status.endpoint`` this Run must publish.
         now: the wall clock.
+        server_down: why the local Runtime Server fails its health checks (the readiness
+            loop's last answer), or ``None`` while it passes them.
 
     Returns:
         One action.
@@ -369,9 +444,16 @@ def decide_function(
         return ResumeRetry(resume_patch(run, now=now))
     if not _has_finalizer(run):
         return AddFinalizer()
+    after = (deadline - now).total_seconds() if deadline is not None else None
+    if phase is Phase.READY and server_down is not None:
+        if not _marked_unavailable(run):
+            return MarkUnavailable(unavailable_patch(run, problem=server_down, now=now))
+        return Serve(after)  # the health change enqueues the Run again
+    registered = local is not None and local.registered and local.attempt == current
+    if registered and local is not None and local.unconfirmed:
+        return Confirm()
     if local is None or not local.registered or local.attempt != current:
         return Register(current, adopt=phase is Phase.READY)
     if phase is Phase.RUNNING or not _ready_and_current(run, endpoint):
         return MarkReady(ready_patch(run, endpoint=endpoint, now=now))
-    after = (deadline - now).total_seconds() if deadline is not None else None
     return Serve(after)

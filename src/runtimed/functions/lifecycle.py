@@ -61,11 +61,13 @@ from runtimed.functions.decisions import (
     Claim,
     Cleanup,
     CleanupKind,
+    Confirm,
     Fail,
     FunctionAction,
     Ignore,
     LocalView,
     MarkReady,
+    MarkUnavailable,
     Register,
     Release,
     RemoveFinalizer,
@@ -79,11 +81,12 @@ from runtimed.functions.decisions import (
 from runtimed.functions.digest import registration_digest
 from runtimed.functions.files import RunFileOps, WorkspaceFiles
 from runtimed.functions.finalizers import FinalizerWriter
-from runtimed.functions.idle import PollResult, Verdict, poll_registration
+from runtimed.functions.idle import PollResult, Verdict, judge, poll_registration
 from runtimed.functions.metrics import FunctionMetrics
 from runtimed.functions.registry import EntryState, FunctionRegistry
 from runtimed.functions.settings import FunctionSettings
 from runtimed.identity import PodIdentity
+from runtimed.readiness import HealthState
 from runtimed.run_fields import assigned_pod_uid, queue_key, resource_version, run_uid
 from runtimed.server_channel import ServerUnavailable
 from runtimed.sources import PreparationError, Workspace
@@ -127,6 +130,7 @@ class _Local:
     failure: Failure | None = None
     idle_expired: bool = False
     cleaned: bool = False
+    unconfirmed: bool = False
     poller: trio.CancelScope | None = None
 
     def view(self) -> LocalView:
@@ -136,6 +140,7 @@ class _Local:
             failure=self.failure,
             idle_expired=self.idle_expired,
             cleaned=self.cleaned,
+            unconfirmed=self.unconfirmed,
         )
 
     def stop_poller(self) -> None:
@@ -226,6 +231,8 @@ class FunctionLifecycle:
         #: Run UID -> (resourceVersions we wrote from, the object our last write returned).
         self._written: dict[str, tuple[set[str], Obj]] = {}
         self._nursery: trio.Nursery | None = None
+        #: Why the local Runtime Server fails its health checks, or ``None`` while it passes.
+        self.server_down: str | None = None
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -253,6 +260,30 @@ class FunctionLifecycle:
             or any(local.key == queue_key(obj) for local in self._local.values())
         ):
             self.queue.add(queue_key(obj))
+
+    def on_server_health(self, state: HealthState) -> None:
+        """Readiness-loop handler: the local Runtime Server's health changed (synchronous).
+
+        Unhealthy: every function Run held here is to be marked ``Ready=False Unavailable``
+        (once; :func:`~.decisions.decide_function`) and its registration is unconfirmed.
+        Healthy again: each is reconciled, which confirms its registration with
+        FunctionStatus before ``Ready=True`` is written back. Only enqueues: the reconcile
+        writes status.
+
+        Args:
+            state: the new health (``runtimed.readiness.HealthState``).
+        """
+        down = None if state.healthy else f"{state.reason}: {state.message}"
+        if down == self.server_down:
+            return
+        was_down = self.server_down is not None
+        self.server_down = down
+        if down is not None and was_down:
+            return  # still down, only the message changed: nothing to write again
+        for local in self._local.values():
+            if down is not None and not local.cleaned:
+                local.unconfirmed = True
+            self.queue.add(local.key)
 
     def adopt(self, objs: Iterable[Obj]) -> int:
         """Enqueue every function Run of ``objs`` assigned to this Pod (start-up re-adoption).
@@ -336,6 +367,7 @@ class FunctionLifecycle:
                 local=local.view() if local is not None else None,
                 endpoint=endpoint,
                 now=self._clock.now(),
+                server_down=self.server_down,
             )
             outcome = await self._perform(obj, run, action)
             if isinstance(outcome, _Continue):
@@ -404,6 +436,17 @@ class FunctionLifecycle:
             if outcome is not None:
                 function_log.info("function ready", extra=self._fields(run))
             return outcome
+        if isinstance(action, MarkUnavailable):
+            outcome = await self._write(obj, action.patch, "unavailable")
+            if outcome is not None:
+                function_log.warning(
+                    "function unavailable: %s",
+                    action.patch.get("message"),
+                    extra=self._fields(run),
+                )
+            return outcome
+        if isinstance(action, Confirm):
+            return await self._confirm(run)
         if isinstance(action, Fail):
             return await self._fail(obj, run, action)
         if isinstance(action, ResumeRetry):
@@ -539,6 +582,7 @@ class FunctionLifecycle:
             )
             return _CONTINUE
         local.registration_id = registration_id
+        local.unconfirmed = False
         self.registry.ready(run.metadata.uid, attempt=attempt, registration_id=registration_id)
         self.stats.registrations += 1
         self.metrics.register_seconds.observe(trio.current_time() - started)
@@ -547,6 +591,46 @@ class FunctionLifecycle:
             self.stats.adoptions += 1
             function_log.info("re-adopted registration", extra=self._fields(run))
         self._start_poller(run, local, registration_id)
+        return _CONTINUE
+
+    async def _confirm(self, run: Run) -> Requeue | _Continue:
+        """After a Runtime Server outage: does the server still hold the registration?
+
+        FunctionStatus READY confirms it (the next step writes ``Ready=True`` again); gone,
+        stale or failed is a registration failure of the attempt (``RegistrationLost`` /
+        ``RegistrationFailed`` through the retry engine); REGISTERING or no answer: look
+        again after ``timings.unavailable_retry`` seconds.
+        """
+        local = self._local_for(run)
+        registration_id = local.registration_id
+        if registration_id is None:  # pragma: no cover - decide_function asks only when known
+            local.unconfirmed = False
+            return _CONTINUE
+        try:
+            with trio.fail_after(self.timings.rpc):
+                view = await self._server.status(run.metadata.uid, registration_id)
+        except (ServerUnavailable, FunctionRpcError, trio.TooSlowError) as exc:
+            log.info("FunctionStatus of %s: %r", run.key, exc, extra=self._fields(run))
+            return Requeue(self.timings.unavailable_retry)
+        result = judge(view, idle_timeout_seconds=None, now_unix_nano=0)
+        if result.verdict is Verdict.OK:
+            if view.state is not RegState.READY:
+                return Requeue(self.timings.unavailable_retry)
+            local.unconfirmed = False
+            function_log.info(
+                "registration confirmed after the Runtime Server's outage",
+                extra=self._fields(run),
+            )
+            return _CONTINUE
+        reason = (
+            FailureReason.REGISTRATION_FAILED
+            if result.verdict is Verdict.FAILED
+            else FailureReason.REGISTRATION_LOST
+        )
+        local.failure = Failure(reason, result.detail, attempt=local.attempt)
+        local.unconfirmed = False
+        local.stop_poller()
+        self.registry.unavailable(run.metadata.uid)
         return _CONTINUE
 
     async def _adoption_loss(self, uid: str, attempt: int) -> Failure | None:

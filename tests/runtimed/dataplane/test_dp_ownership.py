@@ -32,12 +32,56 @@ def test_readiness_needs_phase_and_condition() -> None:
 
 def test_terminating_states() -> None:
     deleting = function_run(UID, deletionTimestamp="2026-01-01T00:00:00Z")
-    cancelled = function_run(UID)
-    cancelled["spec"]["cancelRequested"] = True
-    for obj in (deleting, cancelled, function_run(UID, phase="Failed")):
+    cancelling = function_run(UID)
+    cancelling["spec"]["cancelRequested"] = True
+    deleted_after_end = function_run(UID, phase="Failed", deletionTimestamp="x")
+    for obj in (deleting, cancelling, deleted_after_end):
         view = run_view(obj, runtime="python")
         assert view is not None
         assert view.terminating
+
+
+def test_a_terminal_run_has_ended_and_is_not_terminating() -> None:
+    """F5: a Failed/Timeout/Cancelled Run is not "terminating": it has ended for good."""
+    failed = function_run(UID, phase="Failed", ready="False")
+    failed["status"]["reason"] = "RegistrationLost"
+    cancelled = function_run(UID, phase="Cancelled", ready="False")
+    cancelled["spec"]["cancelRequested"] = True
+    cancelled["status"]["reason"] = "Cancelled"
+    idle = function_run(UID, phase="Timeout", ready="False")
+    idle["status"]["reason"] = "IdleTimeout"
+    for obj, ended in (
+        (failed, "Failed: RegistrationLost"),
+        (cancelled, "Cancelled: Cancelled"),
+        (idle, "Timeout: IdleTimeout"),
+        (function_run(UID, phase="Succeeded"), "Succeeded"),
+    ):
+        view = run_view(obj, runtime="python")
+        assert view is not None
+        assert (view.ended, view.terminating, view.ready) == (ended, False, False)
+    assert run_view(function_run(UID), runtime="python").ended == ""  # type: ignore[union-attr]
+
+
+def test_not_ready_says_why_from_the_ready_condition() -> None:
+    obj = function_run(UID, ready="False")
+    obj["status"]["conditions"][0].update(reason="Unavailable", message="server down")
+    view = run_view(obj, runtime="python")
+    assert view is not None
+    assert view.not_ready == "Unavailable: server down"
+    running = function_run(UID, phase="Running", ready="False")
+    running["status"]["conditions"] = []
+    assert run_view(running, runtime="python").not_ready == "phase Running"  # type: ignore[union-attr]
+    assert run_view(function_run(UID), runtime="python").not_ready == ""  # type: ignore[union-attr]
+
+
+def test_spec_timeout_is_kept_for_the_lifetime_message() -> None:
+    obj = function_run(UID)
+    obj["spec"]["timeout"] = "5s"
+    obj["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    view = run_view(obj, runtime="python")
+    assert view is not None
+    assert view.timeout == "5s"
+    assert view.expires_at is not None
 
 
 def test_pod_view_reads_address_port_and_readiness() -> None:

@@ -6,7 +6,11 @@ production listener with peer mTLS; the Run is owned by B unless a test says oth
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import socket
+import struct
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -337,3 +341,75 @@ async def test_closed_caller_connection_cancels_too(cluster: Cluster) -> None:
     cluster.b.server.block = False
     async with cluster.gateway(cluster.b) as conn:  # type: ignore[attr-defined]
         assert (await invoke(conn)).output.startswith(b'{"echo"')
+
+
+ABORTED = 10
+
+
+async def reset_after_the_request(stream: trio.SocketStream) -> None:
+    """Read the request, then reset the connection (RST, as a crashed Runtime Server)."""
+    await stream.receive_some(65536)
+    await trio.sleep(0.05)  # let the whole request arrive before the reset
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    stream.socket.close()
+
+
+async def test_a_server_connection_broken_after_dispatch_is_aborted_not_unavailable(
+    cluster: Cluster,
+) -> None:
+    # seed 000: "a connection failure may have an unknown execution outcome"; UNAVAILABLE
+    # (gateway 503 + Retry-After, "retry later") would invite a blind retry of an
+    # invocation that may have run: ABORTED (gateway 502 InvocationInterrupted) instead
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, reset_after_the_request, 0, host="127.0.0.3")
+        )
+        crashing = listeners[0].socket.getsockname()[1]
+        proxy = cluster.b.proxy
+        proxy.identity = dataclasses.replace(proxy.identity, server_port=crashing)
+        async with cluster.gateway(cluster.a) as conn:  # type: ignore[attr-defined]  # via the hop
+            with pytest.raises(GrpcStatusError) as info:
+                await invoke(conn)
+        nursery.cancel_scope.cancel()
+    assert info.value.code == ABORTED
+    assert info.value.message == (
+        "the connection to the local Runtime Server broke during the invocation "
+        "(the server reset the connection)"
+    )
+    assert UID not in proxy.slots
+
+
+class LostUpstream:
+    """An upstream whose connection fails (``dispatched`` as given) during the call."""
+
+    def __init__(self, *, dispatched: bool) -> None:
+        self.dispatched = dispatched
+
+    async def unary_call(
+        self, host: str, port: int, method: str, payload: bytes, **_: object
+    ) -> bytes:
+        await trio.lowlevel.checkpoint()
+        raise ConnectionLostError("peer closed the connection", dispatched=self.dispatched)
+
+
+@pytest.mark.parametrize(
+    ("dispatched", "code", "text"),
+    [
+        (True, ABORTED, "broke during the invocation (peer closed the connection)"),
+        (False, UNAVAILABLE, "failed before the invocation was sent: peer closed the connection"),
+    ],
+)
+async def test_a_lost_owner_connection_says_whether_the_invocation_was_sent(
+    cluster: Cluster, dispatched: bool, code: int, text: str
+) -> None:
+    cluster.a.proxy.peers = LostUpstream(dispatched=dispatched)
+    cluster.b.proxy.server = LostUpstream(dispatched=dispatched)
+    for entry, upstream in (
+        (cluster.a, "the owner runtimed"),
+        (cluster.b, "the local Runtime Server"),
+    ):
+        async with client(entry.host, entry.port, cluster.tls.gateway_context()) as conn:
+            with pytest.raises(GrpcStatusError) as info:
+                await invoke(conn)
+        assert info.value.code == code
+        assert info.value.message == f"the connection to {upstream} {text}"
