@@ -32,8 +32,14 @@ from krt.grpc.client import (
     GrpcConnection,
     Metadata,
 )
-from krt.grpc.dial import DIAL_ERRORS, DialProgress, dial_failure, open_stream
-from krt.kube.http11_errors import describe_failure
+from krt.grpc.dial import (
+    CLOSED_DURING_HANDSHAKE_TEXT,
+    DIAL_ERRORS,
+    DialProgress,
+    closed_during_handshake,
+    dial_failure,
+    open_stream,
+)
 
 log = logging.getLogger("gateway.pool")
 
@@ -54,17 +60,6 @@ class ServiceNotFoundError(ConnectFailedError):
     """
 
 
-#: How a TLS handshake cut short by the peer reads in :func:`describe_failure`: the TCP
-#: connection was accepted (a Service proxy or a runtimed going down), then closed.
-_CLOSED_DURING_HANDSHAKE: Final = frozenset(
-    {
-        "the server closed the connection",
-        "the server reset the connection",
-        "unexpected eof while reading",
-    }
-)
-
-
 def _not_found(exc: BaseException, target: Target) -> bool:
     """Whether ``exc`` says the Service name itself does not exist (NXDOMAIN)."""
     return (
@@ -82,10 +77,10 @@ def _closed_during_handshake(
     Such a close is no certificate problem (those read ``TLS handshake failed: certificate
     verify failed ...``): nothing serves behind the address yet, typically runtimed restarting.
     """
-    if progress.step != "TLS handshake" or describe_failure(exc) not in _CLOSED_DURING_HANDSHAKE:
+    if not closed_during_handshake(exc, progress):
         return None
     return (
-        "the connection closed before the TLS handshake completed (is runtimed restarting? "
+        f"{CLOSED_DURING_HANDSHAKE_TEXT} (is runtimed restarting? "
         f"kubectl get pods -n {key.namespace} -l {RUNTIME_LABEL}={key.runtime})"
     )
 

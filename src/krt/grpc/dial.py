@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
+from typing import Final
 
 import trio
 
@@ -17,6 +18,19 @@ from krt.kube.http11_errors import describe_failure
 #: What a dial can raise besides cancellation: name resolution and connect errors
 #: (``OSError``), a broken TLS handshake, and the caller's deadline.
 DIAL_ERRORS = (OSError, trio.TooSlowError, trio.BrokenResourceError)
+
+
+#: How a TLS handshake the peer cut short reads in :func:`describe_failure`: the TCP
+#: connection was accepted (a Service proxy, or a server going down), then closed or reset.
+_CLOSED_DURING_HANDSHAKE: Final = frozenset(
+    {
+        "the server closed the connection",
+        "the server reset the connection",
+        "unexpected eof while reading",
+    }
+)
+#: :func:`dial_failure`'s words for such a close: no certificate problem, nothing serves yet.
+CLOSED_DURING_HANDSHAKE_TEXT: Final = "the connection closed before the TLS handshake completed"
 
 
 @dataclass
@@ -75,6 +89,18 @@ def dial_failure(exc: BaseException, progress: DialProgress, timeout_seconds: fl
     """
     if isinstance(exc, trio.TooSlowError):
         return f"no answer within {timeout_seconds:g} s ({progress.step})"
+    if closed_during_handshake(exc, progress):
+        return f"{CLOSED_DURING_HANDSHAKE_TEXT} (is the peer restarting?)"
     if progress.step == "TLS handshake":
         return f"TLS handshake failed: {describe_failure(exc)}"
     return describe_failure(exc)
+
+
+def closed_during_handshake(exc: BaseException, progress: DialProgress) -> bool:
+    """Whether the peer closed or reset the connection during the TLS handshake.
+
+    Such a close is no certificate problem (those read ``TLS handshake failed: certificate
+    verify failed ...``): something accepted the TCP connection but nothing served TLS on
+    it, typically a server restarting behind a Service address.
+    """
+    return progress.step == "TLS handshake" and describe_failure(exc) in _CLOSED_DURING_HANDSHAKE

@@ -49,6 +49,26 @@ async def test_a_failed_tls_handshake_is_named_so() -> None:
     assert not REPR.search(text)
 
 
+async def test_a_peer_closing_during_the_handshake_is_no_certificate_problem() -> None:
+    # a restarting runtimed behind a Service: the TCP connection is accepted, then closed
+    async def close_at_once(stream: trio.SocketStream) -> None:
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, close_at_once, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        async with open_channels(ssl_context=ssl.create_default_context()) as channels:
+            with pytest.raises(ConnectFailed) as failed:
+                await channels.unary_call("127.0.0.1", port, "InvokeFunction", b"")
+        nursery.cancel_scope.cancel()
+    assert str(failed.value) == (
+        f"cannot connect to 127.0.0.1:{port}: the connection closed before the TLS handshake"
+        " completed (is the peer restarting?)"
+    )
+
+
 class FailingCaller:
     """A client view whose SelfSubjectAccessReview create fails with ``error``."""
 
