@@ -21,6 +21,12 @@ kept text no longer starts with it (a restarted server, or one keeping a head sh
 the budget) gets its whole final text logged after a note, rather than a text cut at a
 position that means nothing there.
 
+Every line taken comes with its **offset**: the position (in characters) of its first
+character in the stream's kept text of the attempt. Positions in the head are the same in
+every answer, so a line logged live and again in the final part (by a runtimed instance that
+restarted mid-attempt and starts over from the beginning) has the same offset both times:
+``krt logs`` shows a line of an attempt's stream once per offset (issue F16).
+
 Pure bookkeeping over plain data: the trio adapter (:mod:`runtimed.tasks`) does the logging.
 """
 
@@ -94,15 +100,21 @@ class FinalLines:
         lines: the lines to log, in order (without line ends).
         not_logged: lines past the per-stream bound (0: none; else log the count).
         restarted: the final text does not start with what was logged live, so ``lines``
-            start from its beginning (log a note first).
+            start from its beginning (log a note first; their offsets are then positions
+            in a different text than the live lines', so log them without).
+        offsets: per line of ``lines``, the offset of its first character in the text
+            (characters).
     """
 
     lines: list[str]
     not_logged: int
     restarted: bool
+    offsets: list[int] = field(default_factory=list)
 
 
-def take_live(log: AttemptLog, stream: str, text: str, *, budget: int, max_lines: int) -> list[str]:
+def take_live(
+    log: AttemptLog, stream: str, text: str, *, budget: int, max_lines: int
+) -> list[tuple[int, str]]:
     """Take the next complete lines of a running execution's ``stream`` that fit the bounds.
 
     Advances ``log`` over the lines returned; sets :attr:`AttemptLog.paused` when a complete
@@ -117,7 +129,8 @@ def take_live(log: AttemptLog, stream: str, text: str, *, budget: int, max_lines
         max_lines: lines of one stream logged per attempt (>= 0).
 
     Returns:
-        The lines to log now, without their line ends.
+        The lines to log now as ``(offset, line)``: the offset (characters) of the line's
+        first character in ``text``, the line without its line end.
     """
     if log.paused is not LivePause.NO:
         return []
@@ -131,6 +144,7 @@ def take_live(log: AttemptLog, stream: str, text: str, *, budget: int, max_lines
     window = text[start : start + max(0, room_bytes)]
     window = window[: window.rfind("\n") + 1]
     taken: list[str] = []
+    offsets: list[int] = []
     used = 0
     consumed = 0
     for line in window.splitlines(keepends=True):
@@ -138,6 +152,7 @@ def take_live(log: AttemptLog, stream: str, text: str, *, budget: int, max_lines
         if used + size > room_bytes or len(taken) >= room_lines:
             break
         taken.append(line)
+        offsets.append(start + consumed)
         used += size
         consumed += len(line)
     if taken:
@@ -147,7 +162,8 @@ def take_live(log: AttemptLog, stream: str, text: str, *, budget: int, max_lines
         log.live_bytes += used
     if text.find("\n", record.offset) >= 0:  # a complete line is left that did not fit
         log.paused = LivePause.LINES if len(taken) >= room_lines else LivePause.BUDGET
-    return "".join(taken).splitlines()
+    # each piece is one line with its line end: splitlines() leaves the line alone
+    return [(at, piece.splitlines()[0]) for at, piece in zip(offsets, taken, strict=True)]
 
 
 def take_final(log: AttemptLog, stream: str, text: str, *, max_lines: int) -> FinalLines:
@@ -168,8 +184,15 @@ def take_final(log: AttemptLog, stream: str, text: str, *, max_lines: int) -> Fi
     restarted = start > 0 and (start > len(text) or zlib.crc32(_utf8(text[:start])) != record.crc)
     if restarted:
         start = 0
-    lines = text[start:].splitlines()
+    pieces = text[start:].splitlines(keepends=True)
     room = max(0, max_lines - record.lines)
+    lines: list[str] = []
+    offsets: list[int] = []
+    at = start
+    for piece in pieces[:room]:
+        lines.append(piece.splitlines()[0])
+        offsets.append(at)
+        at += len(piece)
     record.offset = len(text)
-    record.lines += min(room, len(lines))
-    return FinalLines(lines[:room], max(0, len(lines) - room), restarted)
+    record.lines += len(lines)
+    return FinalLines(lines, max(0, len(pieces) - room), restarted, offsets)

@@ -42,7 +42,13 @@ import trio
 from krt.api.errors import OutputsError
 from krt.api.outputs import MAX_OUTPUTS_FILE_BYTES, parse_outputs_file
 from krt.api.run import Source
-from runtimed.local_files import SymlinkRefusedError, read_bounded, remove_tree, write_file
+from runtimed.local_files import (
+    INLINE_READ_BYTES,
+    SymlinkRefusedError,
+    read_bounded,
+    remove_tree,
+    write_file,
+)
 from runtimed.spare_dirs import KEPT_FILE, SpareDirs
 
 __all__ = [
@@ -59,6 +65,10 @@ __all__ = [
 OUTPUTS_ENV: Final = "KRUNTIME_OUTPUTS"
 #: Characters of git's stderr kept in a preparation error.
 GIT_ERROR_TAIL_CHARS: Final = 600
+#: An outputs file shorter than this is read and parsed on the event loop (the usual case);
+#: a longer one, up to :data:`~krt.api.outputs.MAX_OUTPUTS_FILE_BYTES` (1 MiB), in a worker
+#: thread.
+INLINE_OUTPUTS_BYTES: Final = min(INLINE_READ_BYTES, 64 * 1024)
 
 
 class PreparationError(Exception):
@@ -302,6 +312,10 @@ async def read_outputs(files: RunFiles) -> dict[str, str]:
     and the workspace root): a task must not be able to copy a runtimed-side file into Run
     status by linking to it (security.md).
 
+    A file under :data:`INLINE_OUTPUTS_BYTES` is read and parsed on the event loop; a larger
+    one (at most :data:`~krt.api.outputs.MAX_OUTPUTS_FILE_BYTES` + 1 bytes are read) in a
+    worker thread, so a 1 MiB file of appended updates never stalls runtimed.
+
     Returns:
         The validated outputs; empty when the task wrote no file.
 
@@ -310,7 +324,13 @@ async def read_outputs(files: RunFiles) -> dict[str, str]:
             is a symbolic link (bound ``"symlink"``), or it is not readable.
     """
     try:
-        data = await read_bounded(files.outputs, MAX_OUTPUTS_FILE_BYTES + 1, anchor=files.workspace)
+        # the usual small file: one read (and its parse) on the event loop, as before; a
+        # file filling the first read is read again whole, both off the event loop
+        data = await read_bounded(files.outputs, INLINE_OUTPUTS_BYTES, anchor=files.workspace)
+        if data is not None and len(data) >= INLINE_OUTPUTS_BYTES:
+            data = await read_bounded(
+                files.outputs, MAX_OUTPUTS_FILE_BYTES + 1, anchor=files.workspace
+            )
     except SymlinkRefusedError as exc:
         what = (
             "outputs file" if exc.path == files.outputs else f"outputs file's directory {exc.path}"
@@ -325,4 +345,6 @@ async def read_outputs(files: RunFiles) -> dict[str, str]:
         raise OutputsError(f"cannot read the outputs file: {exc}", key=None, bound="read") from None
     if data is None:
         return {}
-    return parse_outputs_file(data)
+    if len(data) < INLINE_OUTPUTS_BYTES:
+        return parse_outputs_file(data)
+    return await trio.to_thread.run_sync(parse_outputs_file, data)

@@ -26,7 +26,8 @@ Rules, in the order they are applied to a Run assigned to this Pod:
   with valid outputs is :class:`Succeed`, with invalid outputs a permanent
   ``OutputsInvalid`` failure; FAILED is ``ExecutionFailed`` (exit code and stderr tail);
   NOT_FOUND after an observed execution (or an accepted Execute) is ``ExecutionLost``, after
-  a failed Execute it is ``StartFailed``, after an Execute a previous runtimed sent for this
+  a failed Execute it is ``StartFailed`` (``ExecuteRejected``, permanent, when the server
+  answered ``INVALID_ARGUMENT``), after an Execute a previous runtimed sent for this
   attempt (its durable marker, :mod:`runtimed.execute_markers`: runtimed and the Runtime
   Server restarted together) it is ``ExecutionLost`` too, and with nothing observed or sent
   it is :class:`StartExecution` (preparing the source first when this attempt has not been
@@ -41,6 +42,7 @@ the Run.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -74,6 +76,8 @@ from runtimed.timeline import Timeline
 
 __all__ = [
     "CANCEL_POLL_SECONDS",
+    "EXECUTE_INVALID_PREFIX",
+    "EXECUTE_REJECTED_HINT",
     "STDERR_TAIL_CHARS",
     "UNREACHABLE_RETRY_SECONDS",
     "Claim",
@@ -97,6 +101,8 @@ __all__ = [
     "decide_release",
     "decide_task",
     "execution_failure_message",
+    "exit_code_text",
+    "start_failure",
 ]
 
 #: Seconds between Status checks while a Cancel at the Runtime Server takes effect.
@@ -105,6 +111,17 @@ CANCEL_POLL_SECONDS: Final = 0.1
 UNREACHABLE_RETRY_SECONDS: Final = 1.0
 #: Characters of stderr kept in a failure message (the whole message is bounded to 2048).
 STDERR_TAIL_CHARS: Final = 1200
+#: How :mod:`runtimed.tasks` records an Execute answered ``INVALID_ARGUMENT``: ``"Execute
+#: failed: "`` + :class:`~runtimed.runtime_client.RpcRejected`'s text (method: code: message).
+EXECUTE_INVALID_PREFIX: Final = "Execute failed: Execute: INVALID_ARGUMENT: "
+#: What an ``ExecuteRejected`` message tells the user to change (a new Run with a fixed spec).
+EXECUTE_REJECTED_HINT: Final = (
+    "set spec.mode.task.args, or spec.source with spec.mode.task.entrypoint (a path inside "
+    "the source), and check spec.env; the spec is immutable, so create a new Run"
+)
+#: An ``INVALID_ARGUMENT`` about the working directory is about what runtimed prepared, not
+#: the Run's spec (the directory vanished under it): ``StartFailed``, retried like others.
+_PREPARED_BY_RUNTIMED: Final = ("working_dir ",)
 
 
 class ExecState(StrEnum):
@@ -332,17 +349,44 @@ TaskAction: TypeAlias = (
 # -- helpers ---------------------------------------------------------------------------------
 
 
+def exit_code_text(exit_code: int) -> str:
+    """An exit code as shells and Kubernetes report it.
+
+    A negative code is a death by signal (Python's subprocess convention, which the Runtime
+    Server's wire ``exit_code`` keeps): it is shown as 128 + the signal number, with the
+    signal's name.
+
+    Args:
+        exit_code: the wire exit code (``-9`` for SIGKILL).
+
+    Returns:
+        ``"exit code 3"`` or ``"exit code 137 (killed by signal 9, SIGKILL)"``.
+    """
+    if exit_code >= 0:
+        return f"exit code {exit_code}"
+    number = -exit_code
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"exit code {128 + number} (killed by signal {number})"
+    return f"exit code {128 + number} (killed by signal {number}, {name})"
+
+
 def execution_failure_message(server: ServerView) -> str:
     """The ``ExecutionFailed`` message: exit code, the server's error, a stderr tail.
 
-    The server's error is left out when it only restates the exit code.
+    The server's error is left out when it only restates the exit code (``"exited with
+    status N"``, ``"killed by signal N"``); a signal death reads ``exit code 137 (killed by
+    signal 9, SIGKILL)`` (:func:`exit_code_text`).
 
     The stderr tail is cut to :data:`STDERR_TAIL_CHARS` (keeping its end) so the exit code
     survives the 2048-character bound of ``status.message``.
     """
-    parts = [f"exit code {server.exit_code}"]
-    # a plain "exited with status N" says nothing the exit code does not
-    if server.error_message and server.error_message != f"exited with status {server.exit_code}":
+    code = server.exit_code
+    parts = [exit_code_text(code)]
+    # a plain "exited with status N" / "killed by signal N" says nothing the code does not
+    restated = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+    if server.error_message and server.error_message != restated:
         parts.append(server.error_message)
     stderr = server.stderr.rstrip()
     if stderr:
@@ -350,6 +394,32 @@ def execution_failure_message(server: ServerView) -> str:
             stderr = "\u2026" + stderr[len(stderr) - (STDERR_TAIL_CHARS - 1) :]
         parts.append(f"stderr: {stderr}")
     return "; ".join(parts)
+
+
+def start_failure(start_error: str) -> tuple[FailureReason, str]:
+    """The failure reason and message of a start failure recorded by :mod:`runtimed.tasks`.
+
+    An Execute the Runtime Server answered ``INVALID_ARGUMENT`` (recorded as
+    :data:`EXECUTE_INVALID_PREFIX` + its message) is ``ExecuteRejected``, which never
+    retries: the same spec is rejected again. Anything else (staging, an unreachable or slow
+    server, another gRPC error, an ``INVALID_ARGUMENT`` about the working directory runtimed
+    prepared) is ``StartFailed``, retryable (seed 003).
+
+    Args:
+        start_error: :attr:`LocalView.start_error`.
+
+    Returns:
+        ``(reason, message)``; the message names the fields to set for ``ExecuteRejected``.
+    """
+    if not start_error.startswith(EXECUTE_INVALID_PREFIX):
+        return FailureReason.START_FAILED, start_error
+    detail = start_error[len(EXECUTE_INVALID_PREFIX) :]
+    if detail.startswith(_PREPARED_BY_RUNTIMED):
+        return FailureReason.START_FAILED, start_error
+    return (
+        FailureReason.EXECUTE_REJECTED,
+        f"the Runtime Server rejected Execute (INVALID_ARGUMENT): {detail}; {EXECUTE_REJECTED_HINT}",
+    )
 
 
 def _fail(
@@ -507,7 +577,8 @@ def decide_task(
             forget=False,
         )
     if view.start is StartState.FAILED:
-        return _fail(run, FailureReason.START_FAILED, view.start_error, now=now, forget=False)
+        reason, message = start_failure(view.start_error)
+        return _fail(run, reason, message, now=now, forget=False)
     if execute_sent >= attempt:
         # Execute was sent for this attempt before a runtimed restart and the (restarted)
         # server does not know it: lost, like an observed execution. If runtimed died

@@ -1054,7 +1054,9 @@ class TaskLifecycle:
         The rest past what the follower logged while the task ran, from the finished
         execution's text (its dropped-bytes marker carries the final count), at most
         :data:`MAX_LOGGED_LINES` per stream and attempt, then ``N more lines not logged``
-        (docs/usage.md "Logs", :func:`runtimed.output_log.take_final`).
+        (docs/usage.md "Logs", :func:`runtimed.output_log.take_final`). Each line's record
+        carries ``offset``, its position in the attempt's stream (:mod:`runtimed.output_log`),
+        so a line logged again by a restarted runtimed shows once in ``krt logs``.
         """
         attempt = max(1, run.status.attempt)
         local = self._local.get(run.metadata.uid)
@@ -1075,8 +1077,12 @@ class TaskLifecycle:
                     stream,
                     extra={**fields, "stream": "stderr"},
                 )
-            for line in taken.lines:
-                task_log.info(line, extra=extra)
+            if taken.restarted:  # positions in another text: no offsets (each line shows)
+                for line in taken.lines:
+                    task_log.info(line, extra=extra)
+            else:  # the offset lets krt logs show a line re-logged after a restart once
+                for offset, line in zip(taken.offsets, taken.lines, strict=True):
+                    task_log.info(line, extra={**extra, "offset": offset})
             if taken.not_logged:
                 task_log.info("%d more lines not logged", taken.not_logged, extra=extra)
 
@@ -1085,7 +1091,8 @@ class TaskLifecycle:
 
         At most :data:`FOLLOW_MAX_BYTES` of the attempt's output (both streams) is logged
         live, whole lines only; when the next line does not fit, one stderr line says live
-        output paused (docs/usage.md "Logs", :func:`runtimed.output_log.take_live`).
+        output paused (docs/usage.md "Logs", :func:`runtimed.output_log.take_live`). Each
+        line's record carries ``offset`` (see :meth:`_log_output`).
 
         Returns:
             Whether any line was logged.
@@ -1097,8 +1104,8 @@ class TaskLifecycle:
             lines = take_live(
                 record, stream, text, budget=FOLLOW_MAX_BYTES, max_lines=MAX_LOGGED_LINES
             )
-            for line in lines:
-                task_log.info(line, extra={**fields, "stream": stream})
+            for offset, line in lines:
+                task_log.info(line, extra={**fields, "stream": stream, "offset": offset})
             logged = logged or bool(lines)
         if record.paused is LivePause.BUDGET:
             # say so in the stream a follower reads, or `krt logs -f` looks stuck

@@ -116,6 +116,25 @@ def test_function_lifecycle_with_pod_loss(run_admission: Admission) -> None:
     assert _cond(run, "Ready") == ("False", "IdleTimeout")
 
 
+def test_function_run_bound_after_waiting_is_ready_false_registering(
+    run_admission: Admission,
+) -> None:
+    """F15: the bind replaces Pending's Ready=False/NotScheduled with Registering, and the
+    claim keeps it until registration (seed 000)."""
+    store = Store(run_admission, function_run())
+    run = store.write(
+        {"conditions": [{"type": "Ready", "status": "False", "reason": "NotScheduled",
+                         "lastTransitionTime": "2026-11-29T07:59:00.000000Z"}]}
+    )  # fmt: skip
+    patch = bind_patch(run, pod_name="pod-a", pod_uid="uid-a", now=T0)
+    assert patch["message"] == "bound to Pod pod-a (attempt 1)"
+    run = store.write(patch)
+    assert _cond(run, "Ready") == ("False", "Registering")
+    run = store.write(claim_patch(run, now=T0))
+    assert _cond(run, "Ready") == ("False", "Registering")
+    assert _cond(run, "Running") == ("True", "Claimed")
+
+
 def test_cancel_before_assignment(run_admission: Admission) -> None:
     store = Store(run_admission, with_changes(task_run(), spec__cancelRequested=True))
     run = store.write(cancelled_patch(store.run, now=T0))

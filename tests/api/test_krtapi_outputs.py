@@ -71,6 +71,35 @@ def test_parse_file_keeps_unusual_whitespace_in_values() -> None:
     assert parse_outputs_file(b"K=a\x0bb \n") == {"K": "a\x0bb "}
 
 
+def test_file_of_appended_updates_up_to_one_mebibyte_is_read() -> None:
+    """F12: the documented "update by appending" pattern must not hit a 64 KiB file bound."""
+    assert MAX_OUTPUTS_FILE_BYTES == 1024 * 1024
+    lines = b"".join(b"progress=%d\n" % i for i in range(60_000))  # about 900 KB
+    assert 64 * 1024 < len(lines) <= MAX_OUTPUTS_FILE_BYTES
+    assert parse_outputs_file(lines) == {"progress": "59999"}
+    comments = b"#\n" * 20_000 + b"a=1"
+    assert parse_outputs_file(comments) == {"a": "1"}
+    exact = b"a=" + b"x" * 4000 + b"\n"
+    exact += b"#" * (MAX_OUTPUTS_FILE_BYTES - len(exact))
+    assert parse_outputs_file(exact) == {"a": "x" * 4000}
+
+
+def test_over_the_file_bound_says_what_to_do() -> None:
+    with pytest.raises(OutputsError) as caught:
+        parse_outputs_file(b"a=1\n" * (MAX_OUTPUTS_FILE_BYTES // 4 + 1))
+    assert caught.value.bound == "max-file-bytes"
+    message = str(caught.value)
+    assert "1048576 bytes (1 MiB)" in message
+    assert "write each key once, or truncate the file" in message
+
+
+def test_line_numbers_count_every_line() -> None:
+    with pytest.raises(OutputsError, match="line 5 "):
+        parse_outputs_file(b"a=1\n\n#c\r\nb=2\noops\nc=3")
+    assert parse_outputs_file(b"\n\n") == {}
+    assert parse_outputs_file(b"") == {}
+
+
 def test_parse_file_errors() -> None:
     with pytest.raises(OutputsError) as caught:
         parse_outputs_file(b"A=1\nnot a pair\n")

@@ -14,7 +14,7 @@ from krtapi_samples import function_run, task_run, with_changes
 
 from krt.api.constants import Reason
 from krt.api.errors import DurationError
-from krt.api.limits import MAX_BACKOFF_SECONDS
+from krt.api.limits import MAX_BACKOFF_SECONDS, MAX_MESSAGE_CHARS
 from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase, can_transition
 from krt.api.retry import (
@@ -81,10 +81,12 @@ def test_reason_vocabulary() -> None:
     assert {r.value for r in FailureReason} == {
         "ExecutionFailed", "ExecutionLost", "StartFailed", "PreparationFailed", "PodLost",
         "RegistrationFailed", "RegistrationLost", "FunctionUnimplemented", "OutputsInvalid",
+        "ExecuteRejected",
     }  # fmt: skip
     assert PERMANENT_REASONS == {
         FailureReason.FUNCTION_UNIMPLEMENTED,
         FailureReason.OUTPUTS_INVALID,
+        FailureReason.EXECUTE_REJECTED,
     }
     assert RETRYABLE_REASONS | PERMANENT_REASONS == set(FailureReason)
     assert not RETRYABLE_REASONS & PERMANENT_REASONS
@@ -316,6 +318,39 @@ def test_resume_patch_for_a_function_run_keeps_ready_false() -> None:
     resumed = _apply(obj, resume_patch(Run.from_dict(obj), now=decision.retry_after))
     ready = _conditions(resumed)["Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "Registering")
+
+
+def test_resume_patch_describes_the_attempt_now_running() -> None:
+    """F2: reason cleared; message names the running attempt and the failed one, no backoff."""
+    obj = _running()
+    failure = Failure(FailureReason.EXECUTION_FAILED, "exit code 3; stderr: first")
+    decision = decide(Run.from_dict(obj), failure, now=T0, reentry=Reentry.IN_PLACE)
+    assert isinstance(decision, Retry)
+    obj = _apply(obj, decision.patch)
+    assert obj["status"]["message"].endswith("; attempt 2 after 2s")
+    resumed = _apply(obj, resume_patch(Run.from_dict(obj), now=decision.retry_after))
+    assert "reason" not in resumed["status"]
+    expected = (
+        "attempt 2 of 3 running (attempt 1 failed: ExecutionFailed: exit code 3; stderr: first)"
+    )
+    assert resumed["status"]["message"] == expected
+    assert _conditions(resumed)["Running"]["message"] == expected
+
+
+def test_resume_message_of_a_failure_without_detail_and_of_a_huge_one() -> None:
+    obj = _apply(_running(), {"attempt": 2, "reason": "ExecutionLost",
+                              "message": "attempt 1 of 3 failed (ExecutionLost); attempt 2 after 1s",
+                              "retryAfter": "2026-11-29T08:00:00.000000Z"})  # fmt: skip
+    patch = resume_patch(Run.from_dict(obj), now=T0)
+    assert patch["message"] == "attempt 2 of 3 running (attempt 1 failed: ExecutionLost)"
+    # a message the retry engine cut to its bound (keeping the stderr tail) still fits, and
+    # the new message keeps its head and the tail of the failure
+    cut = "\u2026" + "y" * (MAX_MESSAGE_CHARS - 30) + "END; attempt 2 after 1s"
+    obj = _apply(obj, {"message": cut})
+    message = resume_patch(Run.from_dict(obj), now=T0)["message"]
+    assert len(message) <= MAX_MESSAGE_CHARS
+    assert message.startswith("attempt 2 of 3 running (")
+    assert message.endswith("yyyEND)")
 
 
 def test_resume_patch_refuses_runs_not_in_backoff() -> None:

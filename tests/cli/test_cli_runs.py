@@ -272,6 +272,41 @@ async def test_wait_for_delete(kube: Kube, cli: CliRun) -> None:
     assert "deleted" in result.stdout
 
 
+@pytest.mark.parametrize("condition", ["ready", "phase=Ready"])
+async def test_wait_for_ready_on_a_task_is_refused_at_once(
+    kube: Kube, cli: CliRun, condition: str
+) -> None:
+    # F13: a task Run never becomes Ready; waiting would take its whole life, then exit 1
+    await kube.create(RUNS, task_manifest("wr"))
+    await set_status(
+        kube, "wr", {"phase": "Running", "attempt": 1, "assignedPod": "rt-1", "assignedPodUID": "p"}
+    )
+    # (--timeout bounds the test when the refusal is missing: exit 7 after 3 s)
+    result = await cli("wait", "wr", "--for", condition, "--timeout", "3s")
+    assert result.exit_code == ExitCode.USAGE, result.output
+    assert "wr is a task Run: it never becomes Ready; use --for finished" in result.stderr
+    assert result.stdout == ""
+
+
+async def test_wait_timeout_zero_checks_once(kube: Kube, cli: CliRun) -> None:
+    # F18: as kubectl wait --timeout=0: the condition now, no waiting
+    await kube.create(RUNS, task_manifest("w0"))
+    await set_status(
+        kube, "w0", {"phase": "Running", "attempt": 1, "assignedPod": "rt-1", "assignedPodUID": "p"}
+    )
+    running = await cli("wait", "w0", "--timeout", "0")
+    assert running.exit_code == ExitCode.TIMED_OUT, running.output
+    assert "Run w0 has not reached finished (phase Running; --timeout 0)" in running.stderr
+    assert (await cli("wait", "w0", "--for", "phase=Running", "--timeout", "0s")).exit_code == 0
+    assert (await cli("wait", "w0", "--for", "delete", "--timeout", "0")).exit_code == (
+        ExitCode.TIMED_OUT
+    )
+    await set_status(kube, "w0", {"phase": "Succeeded", "reason": "Succeeded"})
+    done = await cli("wait", "w0", "--timeout", "0")
+    assert done.exit_code == ExitCode.OK, done.output
+    assert done.stdout.startswith("run.kruntimes.io/w0 Succeeded")
+
+
 # -- run -----------------------------------------------------------------------------------
 
 

@@ -217,7 +217,8 @@ async def test_pod_loss_requeues_with_attempt_two_or_fails(
         assert again is not None
         assert once["status"]["reason"] == "PodLost"
         assert again["status"]["attempt"] == 2
-        assert again["status"]["reason"] == "PodLost"
+        assert "reason" not in again["status"]  # cleared by the bind of attempt 2
+        assert "(attempt 2; attempt 1 failed: PodLost: " in again["status"]["message"]
         retry_uid = again["metadata"]["uid"]
         assert {attempt for attempt, _ in watch.binds[retry_uid]} == {1, 2}
 

@@ -10,6 +10,7 @@ from krt.api.conditions import find_condition
 from krt.api.constants import ConditionStatus, Reason, RunConditionType
 from krt.api.patches import apply_merge_patch
 from krt.api.phases import Phase
+from krt.api.retry import Failure, FailureReason, Reentry, Retry, decide
 from krt.api.run import Run
 from krt.controlplane.capacity import AssumedBinds, usage_by_pod
 from krt.controlplane.scheduling import (
@@ -180,6 +181,65 @@ def test_function_run_unschedulable_sets_ready_false_not_scheduled() -> None:
     assert ready is not None
     assert ready.status is ConditionStatus.FALSE
     assert ready.reason == Reason.NOT_SCHEDULED
+
+
+def test_function_run_bound_at_once_is_ready_false_registering() -> None:
+    """F15: seed 000, Ready is False with a specific reason during registration."""
+    run = make_run(function=True)
+    decision = decide_schedule(run, runtime=make_runtime(), pods=[pod("p-a")], usage={}, now=NOW)
+    assert isinstance(decision, Bind)
+    bound = _apply(run, decision.patch)
+    ready = find_condition(bound.status.conditions, RunConditionType.READY)
+    assert ready is not None
+    assert (ready.status, ready.reason) == (ConditionStatus.FALSE, Reason.REGISTERING)
+    assert bound.status.message == "bound to Pod p-a (attempt 1)"
+
+
+def test_function_run_pending_first_loses_the_stale_not_scheduled() -> None:
+    """F15: a Run that waited Pending must not say NotScheduled once it is bound."""
+    run = make_run(function=True)
+    waiting = decide_schedule(run, runtime=make_runtime(), pods=[], usage={}, now=NOW)
+    assert isinstance(waiting, Unschedulable)
+    run = _apply(run, waiting.patch)
+    decision = decide_schedule(run, runtime=make_runtime(), pods=[pod("p-a")], usage={}, now=NOW)
+    assert isinstance(decision, Bind)
+    bound = _apply(run, decision.patch)
+    ready = find_condition(bound.status.conditions, RunConditionType.READY)
+    assert ready is not None
+    assert (ready.status, ready.reason) == (ConditionStatus.FALSE, Reason.REGISTERING)
+    assert ready.message == "bound to Pod p-a (attempt 1)"
+    assert [c.type for c in bound.status.conditions] == ["Scheduled", "Ready"]
+
+
+def test_task_run_bind_adds_no_ready_condition() -> None:
+    run = make_run()
+    decision = decide_schedule(run, runtime=make_runtime(), pods=[pod("p-a")], usage={}, now=NOW)
+    assert isinstance(decision, Bind)
+    assert [c["type"] for c in decision.patch["conditions"]] == ["Scheduled"]
+    assert "reason" not in decision.patch  # a first bind leaves status.reason alone
+
+
+def test_rebind_of_a_requeued_retry_clears_the_failure_reason() -> None:
+    """F2: once the next attempt is placed, reason/message describe it, naming the failure."""
+    run = make_run(phase=Phase.RUNNING, pod="p-old", attempt=1, max_attempts=3)
+    retry = decide(
+        run,
+        Failure(FailureReason.POD_LOST, "Pod p-old was deleted"),
+        now=NOW,
+        reentry=Reentry.REQUEUE,
+    )
+    assert isinstance(retry, Retry)
+    requeued = _apply(run, retry.patch)
+    assert requeued.status.reason == "PodLost"
+    decision = decide_schedule(
+        requeued, runtime=make_runtime(), pods=[pod("p-a")], usage={}, now=NOW
+    )
+    assert isinstance(decision, Bind)
+    bound = _apply(requeued, decision.patch)
+    assert bound.status.reason is None
+    assert bound.status.message == (
+        "bound to Pod p-a (attempt 2; attempt 1 failed: PodLost: Pod p-old was deleted)"
+    )
 
 
 def test_tie_break_most_free_then_name() -> None:

@@ -122,7 +122,7 @@ def test_every_pending_reason_has_a_troubleshooting_row(reason: str) -> None:
     assert f"| `{reason}` |" in text
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 415, 429, 503, 504, 500])
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 415, 429, 502, 503, 504, 500])
 def test_troubleshooting_rows_use_the_cli_exit_codes(status: int) -> None:
     text = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
     rows = [line for line in text.splitlines() if line.startswith(f"| {status} (")]

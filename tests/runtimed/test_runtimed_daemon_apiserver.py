@@ -157,11 +157,13 @@ async def test_daemon_runs_tasks_end_to_end(kube: Kube, tmp_path: Path) -> None:
         assert timed_out["status"]["phase"] == "Timeout"
         assert (await handle.server.status(timed_out["metadata"]["uid"])).state.value == "NotFound"
 
-        # a start failure (the server rejects Execute) fails the Run and records an Event
+        # a start failure (the server rejects Execute as invalid) fails the Run for good
+        # (ExecuteRejected, naming the fields to set) and records a StartFailed Event
         await create_bound_run(kube, pod, "reject", {"mode": {"task": {"args": ["a", "b"]}}})
         rejected = await wait_phase(kube, "reject", "Failed", "Succeeded")
-        assert rejected["status"]["reason"] == "StartFailed"
+        assert rejected["status"]["reason"] == "ExecuteRejected"
         assert "INVALID_ARGUMENT" in rejected["status"]["message"]
+        assert "set spec.mode.task.args" in rejected["status"]["message"]
         with trio.fail_after(10):
             while True:
                 events, _ = await kube.list(EVENTS, NS)

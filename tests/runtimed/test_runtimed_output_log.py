@@ -13,9 +13,13 @@ from runtimed.output_log import AttemptLog, LivePause, take_final, take_live
 from servers.common.bounded import BoundedBuffer
 
 
+def _texts(taken: list[tuple[int, str]]) -> list[str]:
+    return [line for _, line in taken]
+
+
 def _live(log: AttemptLog, stdout: str, stderr: str = "", *, budget: int = 64) -> list[str]:
     out = take_live(log, "stdout", stdout, budget=budget, max_lines=1000)
-    return out + take_live(log, "stderr", stderr, budget=budget, max_lines=1000)
+    return _texts(out + take_live(log, "stderr", stderr, budget=budget, max_lines=1000))
 
 
 def test_live_takes_complete_lines_only_and_holds_back_a_partial_one() -> None:
@@ -57,7 +61,7 @@ def test_a_first_line_longer_than_the_budget_pauses_without_logging() -> None:
 def test_live_stops_at_the_line_bound_and_the_final_count_includes_the_rest() -> None:
     log = AttemptLog(attempt=1)
     text = "\n" * 10  # ten empty lines: 10 bytes, well inside the budget
-    assert take_live(log, "stdout", text, budget=64, max_lines=3) == ["", "", ""]
+    assert _texts(take_live(log, "stdout", text, budget=64, max_lines=3)) == ["", "", ""]
     assert log.paused is LivePause.LINES
     final = take_final(log, "stdout", text + "\n\n", max_lines=3)
     assert final.lines == []
@@ -78,7 +82,7 @@ def test_final_log_is_the_final_text_whenever_live_reads_fell(read_every: int) -
     for step in range(100):
         text = _printing(range(step * 20 + 1, step * 20 + 21), buffer)
         if step % read_every == 0:
-            live += take_live(log, "stdout", text, budget=128, max_lines=80)
+            live += _texts(take_live(log, "stdout", text, budget=128, max_lines=80))
     final_text = buffer.text()
     assert "bytes of output dropped" in final_text
     assert sum(len(line) + 1 for line in live) <= 128
@@ -110,3 +114,27 @@ def test_final_continues_where_live_stopped() -> None:
     _live(log, "a\nb\nc")
     final = take_final(log, "stdout", "a\nb\nc and more", max_lines=1000)
     assert (final.lines, final.not_logged, final.restarted) == (["c and more"], 0, False)
+
+
+def test_every_line_carries_its_offset_in_the_stream_live_and_final() -> None:
+    """The offset of a line is where it starts in the attempt's stream (characters)."""
+    log = AttemptLog(attempt=1)
+    assert take_live(log, "stdout", "ab\r\nc\nd", budget=64, max_lines=1000) == [
+        (0, "ab"),
+        (4, "c"),
+    ]
+    final = take_final(log, "stdout", "ab\r\nc\nd\ne\n", max_lines=1000)
+    assert (final.lines, final.offsets) == (["d", "e"], [6, 8])
+
+
+def test_a_restarted_runtimed_logs_each_line_at_the_offset_it_was_logged_live_at() -> None:
+    """F16: a new runtimed instance starts over; its lines' offsets match the old ones'."""
+    text = "".join(f"line {i}\n" for i in range(16))
+    before = AttemptLog(attempt=1)
+    live = take_live(before, "stdout", text[: text.index("line 5")], budget=1024, max_lines=1000)
+    after = AttemptLog(attempt=1)  # the new instance knows nothing of what was logged
+    final = take_final(after, "stdout", text, max_lines=1000)
+    assert not final.restarted
+    again = dict(zip(final.offsets, final.lines, strict=True))
+    assert [again[offset] for offset, _ in live] == [line for _, line in live]
+    assert len(again) == 16

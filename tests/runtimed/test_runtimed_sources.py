@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
 from krt.api.errors import OutputsError
 from krt.api.run import Source
@@ -159,6 +161,36 @@ async def test_outputs_read_and_validated(tmp_path: Path) -> None:
     f.outputs.write_text("".join(f"k{i}=v\n" for i in range(65)))
     with pytest.raises(OutputsError, match="64"):
         await read_outputs(f)
+
+
+async def test_outputs_file_of_appended_updates_is_read_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F12: a file of many appended updates (over 64 KiB, under 1 MiB) gives its last values;
+    it is read and parsed in worker threads, a small file on the event loop."""
+    threaded: list[object] = []
+    run_sync = trio.to_thread.run_sync
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        threaded.append(fn)
+        return await run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    f = files(tmp_path)
+    await prepare_source(None, f)
+    f.outputs.write_text("small=1\n")
+    assert await read_outputs(f) == {"small": "1"}
+    assert threaded == []
+    f.outputs.write_text("".join(f"progress={i}\n" for i in range(6000)) + "#\n" * 40_000)
+    assert f.outputs.stat().st_size > 64 * 1024
+    assert await read_outputs(f) == {"progress": "5999"}
+    assert len(threaded) == 2  # the whole read, then the parse
+    threaded.clear()
+    f.outputs.write_text("#" * (1024 * 1024 + 1))
+    with pytest.raises(OutputsError) as caught:
+        await read_outputs(f)
+    assert caught.value.bound == "max-file-bytes"
+    assert len(threaded) == 2
 
 
 async def test_outputs_through_a_symlink_are_refused_not_read(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from runtimed_builders import NOW, POD_UID, make_run, patched, running
 
 from krt.api import Phase, Retry, Terminal
+from runtimed.runtime_client import RpcRejected
 from runtimed.task_decisions import (
     CANCEL_POLL_SECONDS,
     STDERR_TAIL_CHARS,
@@ -225,6 +226,46 @@ def test_recorded_start_failure_is_applied_through_the_retry_engine() -> None:
     assert "INVALID_ARGUMENT x" in action.decision.patch["message"]
 
 
+def test_execute_invalid_argument_is_a_permanent_execute_rejected() -> None:
+    """F17: the same spec is rejected again, so no retry; the message names what to set."""
+    rejected = RpcRejected(
+        "Execute", "INVALID_ARGUMENT", "a Python task needs an entrypoint or args"
+    )
+    error = f"Execute failed: {rejected}"  # the text runtimed.tasks records
+    local = LocalView(attempt=1, start=StartState.FAILED, start_error=error)
+    action = decide(running(retry={"maxAttempts": 3}), local, NOT_FOUND)
+    assert isinstance(action, Fail)
+    assert isinstance(action.decision, Terminal)
+    assert action.decision.why == "permanent"
+    patch = action.decision.patch
+    assert patch["reason"] == "ExecuteRejected"
+    assert patch["message"] == (
+        "attempt 1 of 3 failed (ExecuteRejected): the Runtime Server rejected Execute "
+        "(INVALID_ARGUMENT): a Python task needs an entrypoint or args; set spec.mode.task.args, "
+        "or spec.source with spec.mode.task.entrypoint (a path inside the source), and check "
+        "spec.env; the spec is immutable, so create a new Run; ExecuteRejected is permanent"
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "Execute failed: Execute: UNAVAILABLE: restarting",
+        "Execute did not answer within 10s",
+        "Execute not sent: disk full",
+        "Execute failed: Execute: FAILED_PRECONDITION: INVALID_ARGUMENT later",
+        "Execute failed: Execute: INVALID_ARGUMENT: working_dir '/ws/runs/u/work' is not an "
+        "existing directory",
+    ],
+)
+def test_other_start_failures_stay_retryable_start_failed(error: str) -> None:
+    local = LocalView(attempt=1, start=StartState.FAILED, start_error=error)
+    action = decide(running(retry={"maxAttempts": 3}), local, NOT_FOUND)
+    assert isinstance(action, Fail)
+    assert isinstance(action.decision, Retry)
+    assert action.decision.patch["reason"] == "StartFailed"
+
+
 def test_start_failure_is_ignored_when_the_server_knows_the_execution() -> None:
     local = LocalView(attempt=1, start=StartState.FAILED, start_error="deadline")
     assert isinstance(decide(running(), local, RUNNING), Observe)
@@ -388,7 +429,17 @@ def test_failure_message_does_not_repeat_the_exit_code() -> None:
     signalled = execution_failure_message(
         ServerView(ExecState.FAILED, exit_code=-9, error_message="killed by signal 9")
     )
-    assert signalled == "exit code -9; killed by signal 9"
+    assert signalled == "exit code 137 (killed by signal 9, SIGKILL)"  # as shells, Kubernetes
+    aborted = execution_failure_message(
+        ServerView(ExecState.FAILED, exit_code=-6, error_message="killed by signal 6")
+    )
+    assert aborted == "exit code 134 (killed by signal 6, SIGABRT)"
+    unnamed = execution_failure_message(ServerView(ExecState.FAILED, exit_code=-99))
+    assert unnamed == "exit code 227 (killed by signal 99)"
+    timed_out = execution_failure_message(
+        ServerView(ExecState.FAILED, exit_code=-9, error_message="timed out after 3s")
+    )
+    assert timed_out == "exit code 137 (killed by signal 9, SIGKILL); timed out after 3s"
     other = execution_failure_message(
         ServerView(ExecState.FAILED, exit_code=3, error_message="exited with status 4")
     )

@@ -234,6 +234,17 @@ async def test_retry_fails_twice_then_succeeds_at_attempt_three(
         ]
         assert ("Running", 2, True) in phases
         assert ("Running", 3, True) in phases
+        # F2: while attempt 2 runs, reason/message describe it, not the backoff before it
+        resumed = [
+            s
+            for s in h.store.history["ns/r1"]
+            if s.get("phase") == "Running" and s.get("attempt") == 2 and not s.get("retryAfter")
+        ]
+        assert resumed
+        assert "reason" not in resumed[0]
+        assert resumed[0]["message"] == (
+            "attempt 2 of 3 running (attempt 1 failed: ExecutionFailed: exit code 1)"
+        )
 
 
 async def test_invalid_outputs_fail_permanently_naming_the_key(
@@ -280,12 +291,30 @@ async def test_start_failure_is_applied_by_reconciliation_with_an_event(
     tmp_path: Path, clock: trio.testing.MockClock
 ) -> None:
     async with harness(tmp_path) as h:
-        h.server.execute_error = RpcRejected("Execute", "INVALID_ARGUMENT", "entrypoint escapes")
-        key = h.create()
+        h.server.execute_error = RpcRejected("Execute", "UNAVAILABLE", "busy")
+        key = h.create(retry={"maxAttempts": 2, "backoff": "0s"})
         status = await h.wait_phase(key, "Failed", "Succeeded")
         assert status["reason"] == "StartFailed"
-        assert "entrypoint escapes" in status["message"]
-        assert [e[1] for e in h.events.events] == ["StartFailed"]
+        assert "UNAVAILABLE: busy" in status["message"]
+        assert [e[1] for e in h.events.events] == ["StartFailed", "StartFailed"]  # retried
+
+
+async def test_execute_rejected_as_invalid_fails_permanently_naming_the_fields(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
+    """F17: INVALID_ARGUMENT from Execute is the spec's fault: not retried, says what to set."""
+    async with harness(tmp_path) as h:
+        h.server.execute_error = RpcRejected(
+            "Execute", "INVALID_ARGUMENT", "a Python task needs an entrypoint or args"
+        )
+        key = h.create(retry={"maxAttempts": 3, "backoff": "0s"})
+        status = await h.wait_phase(key, "Failed", "Succeeded")
+        assert status["reason"] == "ExecuteRejected"
+        assert "a Python task needs an entrypoint or args" in status["message"]
+        assert "set spec.mode.task.args, or spec.source" in status["message"]
+        assert status["message"].endswith("ExecuteRejected is permanent")
+        assert status["attempt"] == 1
+        assert [e[1] for e in h.events.events] == ["StartFailed"]  # one Execute, one Event
 
 
 async def test_preparation_failure_fails_the_run_in_the_claiming_reconciliation(
@@ -590,6 +619,34 @@ async def test_output_of_a_running_task_is_logged_while_it_runs_each_line_once(
             ("stdout", "three", 1),
             ("stdout", "two", 1),
         ]
+
+
+async def test_a_restarted_runtimed_relogs_lines_at_the_offsets_they_were_logged_at(
+    tmp_path: Path, clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """F16: the new instance logs the kept output again; offsets let krt logs show it once."""
+    caplog.set_level("INFO", logger="runtimed.task")
+    async with harness(tmp_path) as h:
+        h.server.default = Program(seconds=20.0, stdout="a\nb\nc\nd\n")
+        key = h.create()
+        uid = uid_of(h, key)
+        await h.wait_for(lambda: uid in h.server.executions)
+        h.server.executions[uid].stdout = "a\nb\n"
+        await trio.sleep(5)
+        h.stop()  # runtimed restarts after logging a and b live
+        await trio.sleep(1)
+        await h.start()
+        status = await h.wait_phase(key, "Succeeded", "Failed")
+        assert status["phase"] == "Succeeded"
+    logged = [
+        (r.getMessage(), r.__dict__.get("offset"))
+        for r in caplog.records
+        if r.name == "runtimed.task"
+        and r.__dict__.get("run_uid") == uid
+        and r.__dict__.get("stream") == "stdout"
+    ]
+    assert logged[:2] == [("a", 0), ("b", 2)]
+    assert set(logged[2:]) == {("a", 0), ("b", 2), ("c", 4), ("d", 6)}
 
 
 async def test_each_attempt_logs_its_own_output_in_full(

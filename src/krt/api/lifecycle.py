@@ -18,15 +18,17 @@ instead of writing a transition the state machine forbids.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from krt.api.conditions import Condition, bound_message, set_condition, wire_conditions
 from krt.api.constants import Reason, RunConditionType
+from krt.api.limits import MAX_MESSAGE_CHARS
 from krt.api.outputs import validate_outputs
 from krt.api.patches import StatusPatch
 from krt.api.phases import Phase, can_transition
-from krt.api.run import Endpoint, Run
+from krt.api.run import Endpoint, Run, RunStatus
 from krt.api.times import format_time
 
 UNSCHEDULABLE_REASONS = frozenset(
@@ -144,35 +146,124 @@ def unschedulable_patch(run: Run, *, reason: Reason, message: str, now: datetime
 def bind_patch(run: Run, *, pod_name: str, pod_uid: str, now: datetime) -> StatusPatch:
     """Bind a Pending Run to a Runtime Pod (the scheduler's conditional update).
 
-    Sets phase Scheduled, ``assignedPod``/``assignedPodUID``, ``attempt`` (1 on the first
-    bind; a requeued Run keeps the attempt the retry engine gave it), removes
-    ``retryAfter`` and sets ``Scheduled=True/Assigned`` (function Runs: ``Ready=False/
-    Registering``).
+    The one bind implementation (the scheduler's :func:`krt.controlplane.scheduling.
+    bind_decision` writes it). Sets phase Scheduled, ``assignedPod``/``assignedPodUID``,
+    ``attempt`` (1 on the first bind; a requeued Run keeps the attempt the retry engine gave
+    it), ``message`` (``"bound to Pod p (attempt n)"``), removes ``retryAfter`` and sets
+    ``Scheduled=True/Assigned``; a function Run also gets ``Ready=False/Registering`` (seed
+    000: Ready is false with a specific reason during registration; it replaces the
+    scheduler's ``NotScheduled``). A requeued retry (``status.reason`` set by the retry
+    engine) has ``reason`` cleared and the failed attempt named in the message, so the
+    top-level reason and message describe the new attempt (Kubernetes convention).
+
+    Args:
+        run: a Pending Run. pod_name, pod_uid: the chosen Pod. now: current time.
+
+    Returns:
+        The status merge patch.
 
     Raises:
         ValueError: the Run is not Pending, or the Pod name or UID is empty.
     """
-    if run.status.phase is not Phase.PENDING:
-        raise ValueError(f"Run {run.key} is {run.status.phase.value}, not Pending")
+    status = run.status
+    if status.phase is not Phase.PENDING:
+        raise ValueError(f"Run {run.key} is {status.phase.value}, not Pending")
     if not pod_name or not pod_uid:
         raise ValueError("bind needs the Pod's name and UID")
-    conditions = run_conditions(
-        run,
+    return bind_patch_unchecked(run, pod_name, pod_uid, now)
+
+
+def bind_patch_unchecked(run: Run, pod_name: str, pod_uid: str, now: datetime) -> StatusPatch:
+    """:func:`bind_patch` without its checks, for a caller that made them (the scheduler).
+
+    Args:
+        run: a Pending Run. pod_name, pod_uid: the chosen Pod (not empty). now: current time.
+
+    Returns:
+        The status merge patch (see :func:`bind_patch`).
+    """
+    status = run.status
+    attempt = max(1, status.attempt)
+    previous = previous_failure(status) if status.reason is not None else None
+    if previous is None:
+        message = f"bound to Pod {pod_name} (attempt {attempt})"
+    else:
+        message = with_previous_failure(f"bound to Pod {pod_name} (attempt {attempt}; ", previous)
+    # (run_conditions spelled out: the bind is on the task burst's hot path)
+    conditions = set_condition(
+        status.conditions,
         RunConditionType.SCHEDULED,
         True,
         reason=Reason.ASSIGNED,
-        message=f"bound to Pod {pod_name}",
+        message=message,
         now=now,
-        ready_reason=Reason.REGISTERING,
     )
-    return {
+    if run.spec.is_function:
+        conditions = set_condition(
+            conditions,
+            RunConditionType.READY,
+            False,
+            reason=Reason.REGISTERING,
+            message=message,
+            now=now,
+        )
+    patch: StatusPatch = {
         "phase": Phase.SCHEDULED.value,
         "assignedPod": pod_name,
         "assignedPodUID": pod_uid,
-        "attempt": max(1, run.status.attempt),
+        "attempt": attempt,
         "retryAfter": None,
+        "message": message,
         "conditions": wire_conditions(conditions),
     }
+    if previous is not None:
+        patch["reason"] = None
+    return patch
+
+
+_FAILED_SUMMARY = re.compile(r"attempt (\d+) of \d+ failed \(([^)]*)\)(?:: )?")
+_NEXT_ATTEMPT = re.compile(r"; attempt \d+ after [^;]*s\Z")
+
+
+def previous_failure(status: RunStatus) -> str | None:
+    """Name the failed attempt a retry follows, for the message of the attempt now running.
+
+    Reads ``status.reason`` and the message :func:`krt.api.retry.decide` wrote for the
+    retry (``"attempt 1 of 3 failed (ExecutionFailed): exit code 3; ...; attempt 2 after
+    1s"``) and drops the backoff part, which no longer applies once the attempt runs.
+
+    Args:
+        status: the Run's status while it waits for (or just left) retry backoff.
+
+    Returns:
+        ``"attempt 1 failed: ExecutionFailed: exit code 3; stderr: ..."``, or ``None``
+        when ``status.reason`` is unset (no failure to name).
+    """
+    reason = status.reason
+    if reason is None:
+        return None
+    failed = max(1, status.attempt - 1)
+    detail = _NEXT_ATTEMPT.sub("", status.message or "")
+    summary = _FAILED_SUMMARY.match(detail)
+    if summary is not None:
+        failed = int(summary.group(1))
+        reason = summary.group(2) or reason
+        detail = detail[summary.end() :]
+    return f"attempt {failed} failed: {reason}" + (f": {detail}" if detail else "")
+
+
+def with_previous_failure(head: str, previous: str) -> str:
+    """``head + previous + ")"`` within the message bound, keeping ``previous``'s tail.
+
+    Args:
+        head: the start of the message, ending in ``"("`` or ``"; "`` (kept whole).
+        previous: :func:`previous_failure`'s text (its end, a stderr tail, is kept).
+
+    Returns:
+        At most :data:`~krt.api.limits.MAX_MESSAGE_CHARS` characters.
+    """
+    room = max(2, MAX_MESSAGE_CHARS - len(head) - 1)
+    return bound_message(head + bound_message(previous, limit=room) + ")")
 
 
 def claim_patch(run: Run, *, now: datetime) -> StatusPatch:

@@ -11,13 +11,14 @@ a partial set.
 A task writes outputs as ``KEY=VALUE`` lines to the file named by ``$KRUNTIME_OUTPUTS``;
 :func:`parse_outputs_file` reads that format (the value is everything after the first ``=``;
 empty lines and lines starting with ``#`` are skipped; a repeated key keeps its last value,
-so a task may update an output by appending).
+so a task may update an output by appending). The file itself may be at most
+:data:`MAX_OUTPUTS_FILE_BYTES` (1 MiB), comments and superseded lines included.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Final
 
 from krt.api.errors import OutputsError
@@ -29,8 +30,12 @@ from krt.api.limits import (
 )
 
 _KEY: Final = re.compile(OUTPUT_KEY_PATTERN)
-#: The outputs file may hold comments and superseded values; never read more than this.
-MAX_OUTPUTS_FILE_BYTES: Final = 4 * MAX_OUTPUTS_TOTAL_BYTES
+#: Bytes of the outputs file read at most (1 MiB): it may hold comments and values a task
+#: superseded by appending, so it is bounded well above the outputs themselves, but bounded.
+MAX_OUTPUTS_FILE_BYTES: Final = 1024 * 1024
+#: Files up to this size are split into a list of lines at once (fastest); larger ones are
+#: walked line by line, so many short lines never cost tens of bytes each at once.
+_SPLIT_BYTES: Final = 64 * 1024
 
 
 def validate_outputs(outputs: Mapping[str, str]) -> dict[str, str]:
@@ -104,7 +109,9 @@ def parse_outputs_file(data: bytes) -> dict[str, str]:
     """
     if len(data) > MAX_OUTPUTS_FILE_BYTES:
         raise OutputsError(
-            f"outputs file is {len(data)} bytes, over the limit of {MAX_OUTPUTS_FILE_BYTES}",
+            f"the outputs file is larger than its limit of {MAX_OUTPUTS_FILE_BYTES} bytes "
+            "(1 MiB): write each key once, or truncate the file before rewriting it "
+            "(> instead of >>) instead of appending many updates",
             key=None,
             bound="max-file-bytes",
         )
@@ -115,7 +122,9 @@ def parse_outputs_file(data: bytes) -> dict[str, str]:
             f"outputs file is not UTF-8 (byte {error.start})", key=None, bound="encoding"
         ) from None
     outputs: dict[str, str] = {}
-    for number, raw_line in enumerate(text.split("\n"), start=1):
+    # a small file (the usual case) is split at once; a large one line by line
+    lines = text.split("\n") if len(data) <= _SPLIT_BYTES else _lines(text)
+    for number, raw_line in enumerate(lines, start=1):
         line = raw_line.removesuffix("\r")
         if not line.strip() or line.startswith("#"):
             continue
@@ -129,3 +138,16 @@ def parse_outputs_file(data: bytes) -> dict[str, str]:
         outputs.pop(key, None)  # a repeated key moves to the end with its newest value
         outputs[key] = value
     return validate_outputs(outputs)
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The ``\n``-separated lines of ``text``, one at a time (like ``split``, without a list).
+
+    A file of many short lines (up to :data:`MAX_OUTPUTS_FILE_BYTES`) is not held as a list
+    of line objects, which would cost tens of bytes per line.
+    """
+    start = 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end]
+        start = end + 1
+    yield text[start:]

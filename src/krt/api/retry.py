@@ -17,8 +17,9 @@ Policy (``spec.retryPolicy``):
 * ``retryableReasons`` lists the :class:`FailureReason` values that may retry; unset means
   all of :data:`RETRYABLE_REASONS`. :data:`PERMANENT_REASONS` never retry (the CRD rejects
   them in the list): ``FunctionUnimplemented`` (seed 002: a Runtime without FunctionRuntime
-  is a permanent configuration failure) and ``OutputsInvalid`` (the program broke the
-  outputs contract; running it again breaks it again).
+  is a permanent configuration failure), ``OutputsInvalid`` (the program broke the
+  outputs contract; running it again breaks it again) and ``ExecuteRejected`` (the Runtime
+  Server answered Execute ``INVALID_ARGUMENT``: the same spec is rejected again).
 
 Two ways back in (:class:`Reentry`):
 
@@ -27,12 +28,14 @@ Two ways back in (:class:`Reentry`):
   runtimed persists it, then Forgets the terminal execution at the Runtime Server (it is keyed
   by Run UID and would otherwise be mistaken for the new attempt's result). When
   :func:`retry_wait_seconds` reaches 0 it clears its local execution observation and writes
-  :func:`resume_patch` (``retryAfter`` removed, ``Running=True``), without calling Execute
+  :func:`resume_patch` (``retryAfter`` and ``reason`` removed, ``Running=True``, a message
+  naming the attempt now running and the one that failed), without calling Execute
   in that reconciliation; the next reconciliation sees NOT_FOUND and starts the attempt. A
   function Run whose registration failed re-registers with the new attempt the same way.
 * ``REQUEUE`` (the reaper, after fencing the old assignment): phase Pending, assignment
   cleared, ``attempt + 1``, ``Scheduled=False/Requeued``; the scheduler binds it again once
-  :func:`retry_wait_seconds` is 0.
+  :func:`retry_wait_seconds` is 0 (:func:`~krt.api.lifecycle.bind_patch` clears ``reason``
+  the same way).
 
 ``startTime`` is never cleared: ``spec.timeout`` bounds the whole Run across attempts, and
 runtimed sets ``startTime`` on claim only when it is unset. ``endpoint`` stays (seed 000: it
@@ -53,7 +56,12 @@ from typing import Final, TypeAlias
 from krt.api.conditions import bound_message, set_condition, wire_conditions
 from krt.api.constants import Reason, RunConditionType
 from krt.api.durations import parse_duration
-from krt.api.lifecycle import ended_patch, run_conditions
+from krt.api.lifecycle import (
+    ended_patch,
+    previous_failure,
+    run_conditions,
+    with_previous_failure,
+)
 from krt.api.limits import MAX_BACKOFF_SECONDS
 from krt.api.patches import StatusPatch
 from krt.api.phases import Phase, is_terminal
@@ -82,10 +90,17 @@ class FailureReason(StrEnum):
     """The Runtime Server does not implement FunctionRuntime (permanent, seed 002)."""
     OUTPUTS_INVALID = "OutputsInvalid"
     """The task's outputs broke a bound (permanent; the message names key and bound)."""
+    EXECUTE_REJECTED = "ExecuteRejected"
+    """The Runtime Server rejected Execute as invalid (``INVALID_ARGUMENT``, e.g. a task with
+    neither args nor an entrypoint): the Run's spec is wrong for its Runtime (permanent)."""
 
 
 PERMANENT_REASONS: Final = frozenset(
-    {FailureReason.FUNCTION_UNIMPLEMENTED, FailureReason.OUTPUTS_INVALID}
+    {
+        FailureReason.FUNCTION_UNIMPLEMENTED,
+        FailureReason.OUTPUTS_INVALID,
+        FailureReason.EXECUTE_REJECTED,
+    }
 )
 RETRYABLE_REASONS: Final = frozenset(set(FailureReason) - PERMANENT_REASONS)
 DEFAULT_BACKOFF_SECONDS: Final = 1.0
@@ -307,7 +322,10 @@ def resume_patch(run: Run, *, now: datetime) -> StatusPatch:
     """The patch runtimed writes when an in-place retry's backoff has expired (seed 003).
 
     Removes ``retryAfter`` and sets ``Running=True`` (reason ``Claimed``) for the new attempt;
-    a function Run's ``Ready`` stays False with reason ``Registering``. The caller must also
+    a function Run's ``Ready`` stays False with reason ``Registering``. The top-level
+    ``reason`` is cleared and ``message`` describes the attempt now running, naming the one
+    that failed (``"attempt 2 of 3 running (attempt 1 failed: ExecutionFailed: exit code 3;
+    ...)"``): Kubernetes' convention that they describe the current state, not the backoff. The caller must also
     clear its local observation of the previous execution, and must not call Execute in the
     same reconciliation.
 
@@ -330,6 +348,9 @@ def resume_patch(run: Run, *, now: datetime) -> StatusPatch:
         raise ValueError(f"Run {run.key}: backoff runs until {format_time(status.retry_after)}")
     policy = run.spec.effective_retry_policy
     message = f"attempt {max(1, status.attempt)} of {max(1, policy.max_attempts)} running"
+    previous = previous_failure(status)
+    if previous is not None:
+        message = with_previous_failure(f"{message} (", previous)
     conditions = run_conditions(
         run,
         RunConditionType.RUNNING,
@@ -339,4 +360,9 @@ def resume_patch(run: Run, *, now: datetime) -> StatusPatch:
         now=now,
         ready_reason=Reason.REGISTERING,
     )
-    return {"retryAfter": None, "conditions": wire_conditions(conditions)}
+    return {
+        "retryAfter": None,
+        "reason": None,
+        "message": message,
+        "conditions": wire_conditions(conditions),
+    }

@@ -76,7 +76,10 @@ Then: krt invoke summarize -d '{"text": "..."}'
     "--idle-timeout",
     type=Duration(),
     default=None,
-    help="End the function after this long without invocations, e.g. 10m.",
+    help=(
+        "End the function after this long without invocations, e.g. 10m (idleTimeoutSeconds: "
+        "rounded up to whole seconds, so 500ms and 1.5s become 1 and 2)."
+    ),
 )
 @common_options
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until Ready.")

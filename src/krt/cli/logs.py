@@ -14,8 +14,15 @@ those containers too and merges the lines by time, so "the handler raised; see k
 leads to what the handler printed.
 
 Following (``-f``, ``krt run --follow``) streams the log of the Pod the Run is assigned to,
-switches Pods when a retry moves the Run, and stops once the Run is terminal and the log has
-been quiet for :data:`SETTLE_SECONDS`.
+switches Pods when a retry moves the Run, re-opens a container's log when it restarts (a
+runtimed crash ends the followed log; the new instance goes on logging), and stops once the
+Run is terminal and the log has been quiet for :data:`SETTLE_SECONDS`.
+
+A restarted runtimed logs the attempt's kept output again, from its beginning. Each task
+output record carries ``offset``, where the line starts in the attempt's stream
+(:mod:`runtimed.output_log`): :class:`SeenLines` shows a line of a stream once per offset,
+and any other record once (by its time, when a log that was read already is read again).
+Output records without ``offset`` (an older runtimed) print as before.
 """
 
 from __future__ import annotations
@@ -42,6 +49,11 @@ if TYPE_CHECKING:
 RUNTIMED_CONTAINER = "runtimed"
 #: After the Run is terminal, stop following once no line came for this many seconds.
 SETTLE_SECONDS = 2.0
+#: Seconds before a container's ended log is re-opened while the Run runs (doubling while
+#: it yields nothing new: a container waiting out its restart backoff serves its old log).
+REOPEN_SECONDS = 0.5
+#: The longest pause between re-opens of an ended log (seconds).
+REOPEN_MAX_SECONDS = 4.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,55 @@ class LogLine:
     attempt: int = 0
     time: float = 0.0
     """When it was logged (epoch seconds; 0 when the record has no readable time)."""
+    offset: int | None = None
+    """Task output: where the line starts in its attempt's stream (characters; None when
+    the record does not say)."""
+
+
+class SeenLines:
+    """The records of one Run already shown, so a re-logged or re-read one shows once.
+
+    A task output line with an offset is new when it starts past every line of its attempt
+    and stream shown so far (one runtimed instance logs a stream in order; a restarted one
+    starts again from the beginning, at the same offsets). Any other record is new when it
+    is later than every record shown from its container log (a container instance logs in
+    time order, the next instance later): a log read again after it ended (the container
+    waiting out its restart backoff serves its last instance) shows nothing twice. Records
+    with the same time are told apart by their text. Memory stays small however long the
+    Run is followed: one number per stream and attempt, one time per container.
+    """
+
+    def __init__(self) -> None:
+        self._last_offset: dict[tuple[int, str], int] = {}
+        # per container log: the latest record time shown, and the records shown at it
+        self._last_time: dict[str, tuple[float, set[str]]] = {}
+
+    def first_time(self, raw: str, line: LogLine, source: str) -> bool:
+        """Whether ``line`` (parsed from the log line ``raw``) is shown for the first time.
+
+        Records it as shown.
+
+        Args:
+            raw: the log line.
+            line: what :func:`parse_line` made of it.
+            source: the log it came from (``POD/CONTAINER``).
+        """
+        if line.offset is not None:
+            key = (line.attempt, line.stream)
+            if line.offset <= self._last_offset.get(key, -1):
+                return False
+            self._last_offset[key] = line.offset
+            return True
+        if not line.time:
+            return True  # no readable time: nothing to compare, show it
+        last = self._last_time.get(source)
+        if last is None or line.time > last[0]:
+            self._last_time[source] = (line.time, {raw})
+            return True
+        if line.time < last[0] or raw in last[1]:
+            return False
+        last[1].add(raw)
+        return True
 
 
 def parse_line(raw: str, run_uid: str, *, source: str = RUNTIMED_CONTAINER) -> LogLine | None:
@@ -85,7 +146,10 @@ def parse_line(raw: str, run_uid: str, *, source: str = RUNTIMED_CONTAINER) -> L
     when, when_text = _record_time(record)
     stream = record.get("stream")
     if stream in ("stdout", "stderr"):
-        return LogLine(message, str(stream), attempt, when)
+        offset = record.get("offset")
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            offset = None
+        return LogLine(message, str(stream), attempt, when, offset)
     if record.get("error"):
         message = f"{message}: {record['error']}"
     level = str(record.get("level", "info"))
@@ -214,18 +278,22 @@ async def run_log_lines(
     follow: bool,
     container: str = RUNTIMED_CONTAINER,
     previous: bool = False,
+    seen: SeenLines | None = None,
 ) -> AsyncGenerator[LogLine, None]:
     """The lines of ``pod``'s ``container`` log that belong to the Run ``run_uid``.
 
     ``previous`` reads the container's instance before its last restart (see
-    :func:`pod_log_lines`).
+    :func:`pod_log_lines`). With ``seen``, lines shown already are skipped (and the others
+    recorded there).
     """
     async with aclosing(
         pod_log_lines(kube, namespace, pod, follow=follow, container=container, previous=previous)
     ) as lines:
         async for raw in lines:
             parsed = parse_line(raw, run_uid, source=container)
-            if parsed is not None:
+            if parsed is not None and (
+                seen is None or seen.first_time(raw, parsed, f"{pod}/{container}")
+            ):
                 yield parsed
 
 
@@ -255,8 +323,10 @@ async def follow_run_logs(
     meta = run["metadata"]
     namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
     final: dict[str, Any] | None = None
+    ended = trio.Event()  # set with ``final``: wakes streams waiting to re-open a log
     # Once the Run is terminal, this scope's deadline is "settle_seconds after the last line".
     settle = trio.CancelScope()
+    seen = SeenLines()
 
     def on_line(line: LogLine) -> None:
         if final is not None:
@@ -269,20 +339,35 @@ async def follow_run_logs(
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         task_status.started()
+        pause = REOPEN_SECONDS
         while True:
+            # a read opened after the Run ended has all there is: when it ends, so do we
+            last_read = final is not None
+            fresh = False
             try:
                 async with aclosing(
-                    run_log_lines(kube, namespace, pod, uid, follow=True, container=container)
+                    run_log_lines(
+                        kube, namespace, pod, uid, follow=True, container=container, seen=seen
+                    )
                 ) as lines:
                     async for line in lines:
+                        fresh = True
                         on_line(line)
-                return  # the Pod's log ended (container stopped)
-            except ConnectionFailed:
-                await trio.sleep(1.0)
-            except ApiError:  # container not started yet, or the Pod is gone
-                if final is not None:
+                # The log ended: this instance of the container stopped. If the Run still
+                # runs, its next instance (a restarted runtimed) logs the rest: re-open.
+                if last_read:
                     return
-                await trio.sleep(0.5)
+                pause = REOPEN_SECONDS if fresh else min(REOPEN_MAX_SECONDS, 2 * pause)
+                wait = pause
+            except ConnectionFailed:
+                await trio.sleep(1.0)  # until the settle time is over, if the Run ended
+                continue
+            except ApiError:  # container not started yet, or the Pod is gone
+                if last_read:
+                    return
+                wait = REOPEN_SECONDS
+            with trio.move_on_after(wait):
+                await ended.wait()
 
     async with trio.open_nursery() as nursery:
         followed: set[str] = set()
@@ -299,6 +384,7 @@ async def follow_run_logs(
                         await nursery.start(stream, pod, container)
                 if is_terminal(phase_of((obj.get("status") or {}).get("phase"))):
                     final = obj
+                    ended.set()
                     break
         if followed:  # no Pod ever ran it (e.g. cancelled while Pending): nothing to drain
             settle.deadline = trio.current_time() + settle_seconds

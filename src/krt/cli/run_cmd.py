@@ -26,7 +26,7 @@ from krt.cli.lookup import create_run, now
 from krt.cli.manifests import CommonSpec, task_run
 from krt.cli.params import Duration, EnvVar, check_env, check_run_name, output_option, read_source
 from krt.cli.printing import OutputFormat, render_objects
-from krt.cli.runs_cmd import emit_line
+from krt.cli.runs_cmd import AttemptHeaders, emit_line
 from krt.cli.waiting import Progress, target_reached, time_limit, wait_with_progress
 
 if TYPE_CHECKING:
@@ -307,10 +307,11 @@ async def await_final(
     """
     name = created["metadata"]["name"]
     if follow:
+        shown = AttemptHeaders(emit_line)  # "--- attempt N ---" on stderr for a retry
 
         def emit(line: LogLine) -> None:
             if line.stream != "runtimed":
-                emit_line(line)
+                shown(line)
 
         return await follow_run_logs(kube, created, emit)
     return await wait_with_progress(

@@ -17,7 +17,14 @@ from krt.cli.describing import describe_run
 from krt.cli.exitcodes import ExitCode, epilog
 from krt.cli.failures import CommandFailed, exit_if_failed, report, run_async
 from krt.cli.group_waiting import GroupProgress, wait_until_terminal
-from krt.cli.logs import LogLine, follow_run_logs, log_containers, run_log_lines
+from krt.cli.logs import (
+    LogLine,
+    SeenLines,
+    follow_run_logs,
+    is_function,
+    log_containers,
+    run_log_lines,
+)
 from krt.cli.lookup import get_object, get_objects, list_objects, missing, not_installed, now
 from krt.cli.params import Duration, output_option
 from krt.cli.printing import OutputFormat, render_objects
@@ -53,6 +60,9 @@ Examples:
   krt get -A -o wide           # every namespace, with mode, reason and endpoint
   krt get -l team=data -o name
   krt get a b                  # the rows of a and b; a missing one is an error line (exit 3)
+
+For -o jsonpath=..., -o custom-columns=..., --no-headers or -w (watch), use kubectl on
+the same objects: kubectl get runs [NAME] -o jsonpath='{.status.phase}'
 """,
 )
 @click.argument("names", nargs=-1)
@@ -183,6 +193,29 @@ def emit_line(line: LogLine) -> None:
     click.echo(line.text, err=line.stream == "stderr")
 
 
+class AttemptHeaders:
+    """Prints ``--- attempt N ---`` on stderr before the first line shown of attempt N.
+
+    Attempt 1 needs none: a line of another attempt than the previous line's (or than 1,
+    for the first line) gets one, so a retried task's attempts are told apart while stdout
+    stays the task's output alone. Lines of no known attempt (0) get none.
+
+    Args:
+        emit: prints one line.
+    """
+
+    def __init__(self, emit: Callable[[LogLine], None]) -> None:
+        self._emit = emit
+        self._attempt = 1
+
+    def __call__(self, line: LogLine) -> None:
+        """Print ``line``, after the attempt's header if it starts another attempt."""
+        if line.attempt and line.attempt != self._attempt:
+            self._attempt = line.attempt
+            click.echo(f"--- attempt {line.attempt} ---", err=True)
+        self._emit(line)
+
+
 @click.command(
     "logs",
     epilog="""\b
@@ -191,6 +224,9 @@ Examples:
   krt logs my-function         # what the function's handler printed, every invocation
   krt logs -f my-run           # follow until the Run finishes
   krt logs my-run --runtimed   # also runtimed's (and the Runtime Server's) records
+
+A retried task's lines of attempt 2 and later follow a "--- attempt N ---" line on
+stderr.
 """,
 )
 @click.argument("name")
@@ -208,16 +244,20 @@ def logs_cmd(target: KubeTarget, name: str, follow: bool, runtimed: bool) -> Non
     Read from the logs of the Run's Pod, filtered by the Run's UID.
     """
     name = run_name(name)
+    shown = AttemptHeaders(emit_line)
 
     def emit(line: LogLine) -> None:
         if runtimed or line.stream != "runtimed":
-            emit_line(line)
+            shown(line)
 
     async def main() -> None:
         async with open_kube(target) as kube:
             run = await get_object(kube, RUNS, name, kube.namespace)
             if follow:
-                await follow_run_logs(kube, run, emit)
+                run = await follow_run_logs(kube, run, emit)
+                note = _never_placed(run)
+                if note:
+                    click.echo(note, err=True)
                 return
             await print_logs(kube, run, emit)
 
@@ -229,12 +269,19 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
 
     Each container's previous instance is read first, so a Run's lines survive one restart
     of runtimed (a crash, or ``krt dev down``/``up``), as far as the node keeps that log.
+    What the current instance logged again (a restarted runtimed logs the attempt's kept
+    output from its beginning) shows once (:class:`krt.cli.logs.SeenLines`). A Run that
+    ended before it was placed on a Pod has no output: a note on stderr says so.
 
     Raises:
         CommandFailed: the Run has no Pod yet, or the Pod (and its log) is gone.
     """
     meta, status = run["metadata"], run.get("status") or {}
     pod = status.get("assignedPod")
+    note = _never_placed(run)
+    if note:
+        click.echo(note, err=True)
+        return
     if not pod:
         raise CommandFailed(
             ExitCode.UNAVAILABLE,
@@ -243,6 +290,7 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
         )
     try:
         lines: list[LogLine] = []
+        seen = SeenLines()
         for container in await log_containers(kube, run, pod):
             try:
                 async for line in run_log_lines(
@@ -253,12 +301,19 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
                     follow=False,
                     container=container,
                     previous=True,
+                    seen=seen,
                 ):
                     lines.append(line)
             except (BadRequest, NotFound):
                 pass  # the container never restarted (or its old log is gone)
             async for line in run_log_lines(
-                kube, meta["namespace"], pod, meta["uid"], follow=False, container=container
+                kube,
+                meta["namespace"],
+                pod,
+                meta["uid"],
+                follow=False,
+                container=container,
+                seen=seen,
             ):
                 lines.append(line)
         # One container's lines are in order already (previous instance first); several
@@ -269,6 +324,23 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
         raise CommandFailed(
             ExitCode.NOT_FOUND, f"Pod {pod} that ran {meta['name']} is gone, and its log with it"
         ) from exc
+
+
+def _never_placed(run: Obj) -> str:
+    """The note for a Run that ended before it was placed on a Pod ("" for any other Run)."""
+    status = run.get("status") or {}
+    phase = phase_of(status.get("phase"))
+    if status.get("assignedPod") or not is_terminal(phase):
+        return ""
+    name = run["metadata"]["name"]
+    attempt = status.get("attempt")
+    if isinstance(attempt, int) and attempt > 1:  # requeued for a retry, then ended
+        return (
+            f"Run {name} ended {phase.value} before attempt {attempt} was placed on a Pod; "
+            f"earlier attempts' output is in the log of the Pod they ran on "
+            f"(krt describe {name} names it)"
+        )
+    return f"Run {name} ended {phase.value} before it was placed on a Pod: it has no output"
 
 
 @click.command(
@@ -423,7 +495,8 @@ WAIT_FORS = ("finished", "ready", "delete") + tuple(f"phase={p.value}" for p in 
     "wait",
     epilog="""\b
 --for finished   until terminal; exit 0 if Succeeded, 1 if Failed/Timeout/Cancelled
---for ready      until a function is Ready (exit 0), or terminal (exit 1)
+--for ready      until a function is Ready (exit 0), or terminal (exit 1); a task
+                 Run never becomes Ready: refused (exit 2)
 --for phase=P    until phase P (exit 0), or terminal in another phase (exit 1)
 --for delete     until the Run is gone (exit 0 at once if it does not exist)
 \b
@@ -444,7 +517,12 @@ Examples:
     show_default=True,
     help="What to wait for.",
 )
-@click.option("--timeout", type=Duration(), default=None, help="Give up after this long (exit 7).")
+@click.option(
+    "--timeout",
+    type=Duration(positive=False),
+    default=None,
+    help="Give up after this long (exit 7); 0 checks once, as kubectl wait --timeout=0.",
+)
 @click.option(
     "-o", "--output", type=click.Choice(("json", "yaml", "name")), help="Print the final Run."
 )
@@ -470,8 +548,12 @@ async def wait_run(
         limit: the ``--timeout`` in seconds (applied to the wait itself), or None.
         output: ``-o`` format for the final Run, or None for one summary line.
 
+    ``limit`` 0 checks once, as ``kubectl wait --timeout=0``: the condition holds now
+    (as if waited for) or the command times out at once.
+
     Raises:
-        CommandFailed: not found, deleted while waiting (unless ``--for delete``), timeout.
+        CommandFailed: not found, deleted while waiting (unless ``--for delete``), timeout,
+            ``--for ready``/``phase=Ready`` on a task Run (exit 2: it never becomes Ready).
     """
     async with open_kube(target) as kube:
         if condition == "delete":
@@ -482,6 +564,8 @@ async def wait_run(
                 if exc.details.get("name") != name:
                     raise not_installed(RUNS) from exc
                 return ExitCode.OK
+            if limit == 0:
+                raise CommandFailed(ExitCode.TIMED_OUT, f"Run {name} is not gone (--timeout 0)")
             gone = DeletionProgress(name)
             with time_limit(limit, f"Run {name} was not gone", progress=gone):
                 await wait_until_gone(kube, kube.namespace, name, gone)
@@ -503,12 +587,26 @@ async def wait_run(
             )
 
         current = await get_object(kube, RUNS, name, kube.namespace)
+        if wanted is Phase.READY and not is_function(current):
+            raise CommandFailed(
+                ExitCode.USAGE,
+                f"{name} is a task Run: it never becomes Ready; use --for finished",
+            )
         hint = _function_wait_hint(current, condition)
         if hint:
             click.echo(hint, err=True)
-        progress = Progress(name)
-        with time_limit(limit, f"Run {name} did not reach {condition}", progress=progress):
-            final = await wait_with_progress(kube, kube.namespace, name, done, progress)
+        if limit == 0:  # check once
+            if not done(current):
+                phase = (current.get("status") or {}).get("phase") or "Pending"
+                raise CommandFailed(
+                    ExitCode.TIMED_OUT,
+                    f"Run {name} has not reached {condition} (phase {phase}; --timeout 0)",
+                )
+            final = current
+        else:
+            progress = Progress(name)
+            with time_limit(limit, f"Run {name} did not reach {condition}", progress=progress):
+                final = await wait_with_progress(kube, kube.namespace, name, done, progress)
     phase = phase_of((final.get("status") or {}).get("phase"))
     if output:
         print_runs([final], output, single=True)

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias
 
-from krt.api.conditions import find_condition, set_condition, wire_conditions
+from krt.api.conditions import find_condition, wire_conditions
 from krt.api.constants import ConditionStatus, Reason, RunConditionType
-from krt.api.lifecycle import ended_patch, run_conditions
+from krt.api.lifecycle import bind_patch_unchecked, ended_patch, run_conditions
 from krt.api.patches import StatusPatch
 from krt.api.phases import Phase
 from krt.api.resources import RUNS, fits, free
@@ -179,31 +179,15 @@ def decide_schedule(
 
 
 def bind_decision(run: Run, pod: PodState, *, now: datetime) -> Bind:
-    """The :class:`Bind` of ``run`` to ``pod``.
+    """The :class:`Bind` of ``run`` (Pending) to ``pod``: :func:`krt.api.lifecycle.bind_patch`.
 
     ``attempt`` is 1 on the first bind and kept on a re-bind (the reaper's retry engine
-    already advanced it when it requeued the Run).
+    already advanced it when it requeued the Run); a function Run gets ``Ready=False/
+    Registering``.
     """
-    attempt = max(1, run.status.attempt)
-    message = f"bound to Pod {pod.name} (attempt {attempt})"
-    conditions = set_condition(
-        run.status.conditions,
-        RunConditionType.SCHEDULED,
-        True,
-        reason=Reason.ASSIGNED,
-        message=message,
-        now=now,
-    )
-    patch: StatusPatch = {
-        "phase": Phase.SCHEDULED.value,
-        "assignedPod": pod.name,
-        "assignedPodUID": pod.uid,
-        "attempt": attempt,
-        "retryAfter": None,
-        "message": message,
-        "conditions": wire_conditions(conditions),
-    }
-    return Bind(pod=pod, patch=patch, attempt=attempt)
+    # decide_schedule checked the phase; a Pod from the cache has a name and UID
+    patch = bind_patch_unchecked(run, pod.name, pod.uid, now)
+    return Bind(pod=pod, patch=patch, attempt=patch["attempt"])
 
 
 def cancel_patch(run: Run, *, now: datetime) -> StatusPatch:
