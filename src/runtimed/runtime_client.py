@@ -65,11 +65,13 @@ class RpcRejected(Exception):
 
     Attributes:
         code: the status name, e.g. ``INVALID_ARGUMENT``.
+        detail: the status message.
     """
 
     def __init__(self, method: str, code: str, message: str) -> None:
         super().__init__(f"{method}: {code}: {message}")
         self.code = code
+        self.detail = message
 
 
 class ExecutionStillRunning(RpcRejected):

@@ -76,7 +76,6 @@ from runtimed.timeline import Timeline
 
 __all__ = [
     "CANCEL_POLL_SECONDS",
-    "EXECUTE_INVALID_PREFIX",
     "EXECUTE_REJECTED_HINT",
     "STDERR_TAIL_CHARS",
     "UNREACHABLE_RETRY_SECONDS",
@@ -111,9 +110,6 @@ CANCEL_POLL_SECONDS: Final = 0.1
 UNREACHABLE_RETRY_SECONDS: Final = 1.0
 #: Characters of stderr kept in a failure message (the whole message is bounded to 2048).
 STDERR_TAIL_CHARS: Final = 1200
-#: How :mod:`runtimed.tasks` records an Execute answered ``INVALID_ARGUMENT``: ``"Execute
-#: failed: "`` + :class:`~runtimed.runtime_client.RpcRejected`'s text (method: code: message).
-EXECUTE_INVALID_PREFIX: Final = "Execute failed: Execute: INVALID_ARGUMENT: "
 #: What an ``ExecuteRejected`` message tells the user to change (a new Run with a fixed spec).
 EXECUTE_REJECTED_HINT: Final = (
     "set spec.mode.task.args, or spec.source with spec.mode.task.entrypoint (a path inside "
@@ -193,6 +189,8 @@ class LocalView:
         prepared: the source was prepared for this attempt on this Pod.
         start: the start worker's state.
         start_error: the recorded start failure (``start`` is FAILED).
+        start_rejected: the Runtime Server's message when it answered the Execute request
+            itself ``INVALID_ARGUMENT`` (the spec it was built from is invalid), else empty.
         observed: the Runtime Server reported the execution (PENDING, RUNNING or finished).
     """
 
@@ -200,6 +198,7 @@ class LocalView:
     prepared: bool = False
     start: StartState = StartState.NONE
     start_error: str = ""
+    start_rejected: str = ""
     observed: bool = False
 
     def for_attempt(self, attempt: int) -> LocalView:
@@ -396,26 +395,24 @@ def execution_failure_message(server: ServerView) -> str:
     return "; ".join(parts)
 
 
-def start_failure(start_error: str) -> tuple[FailureReason, str]:
+def start_failure(view: LocalView) -> tuple[FailureReason, str]:
     """The failure reason and message of a start failure recorded by :mod:`runtimed.tasks`.
 
-    An Execute the Runtime Server answered ``INVALID_ARGUMENT`` (recorded as
-    :data:`EXECUTE_INVALID_PREFIX` + its message) is ``ExecuteRejected``, which never
-    retries: the same spec is rejected again. Anything else (staging, an unreachable or slow
-    server, another gRPC error, an ``INVALID_ARGUMENT`` about the working directory runtimed
-    prepared) is ``StartFailed``, retryable (seed 003).
+    An Execute the Runtime Server answered ``INVALID_ARGUMENT``
+    (:attr:`LocalView.start_rejected`) is ``ExecuteRejected``, which never retries: the same
+    spec is rejected again. Anything else (staging, an unreachable or slow server, another
+    gRPC error, an ``INVALID_ARGUMENT`` about the working directory runtimed prepared) is
+    ``StartFailed``, retryable (seed 003).
 
     Args:
-        start_error: :attr:`LocalView.start_error`.
+        view: the Run's local view (``start`` is FAILED).
 
     Returns:
         ``(reason, message)``; the message names the fields to set for ``ExecuteRejected``.
     """
-    if not start_error.startswith(EXECUTE_INVALID_PREFIX):
-        return FailureReason.START_FAILED, start_error
-    detail = start_error[len(EXECUTE_INVALID_PREFIX) :]
-    if detail.startswith(_PREPARED_BY_RUNTIMED):
-        return FailureReason.START_FAILED, start_error
+    detail = view.start_rejected
+    if not detail or detail.startswith(_PREPARED_BY_RUNTIMED):
+        return FailureReason.START_FAILED, view.start_error
     return (
         FailureReason.EXECUTE_REJECTED,
         f"the Runtime Server rejected Execute (INVALID_ARGUMENT): {detail}; {EXECUTE_REJECTED_HINT}",
@@ -577,7 +574,7 @@ def decide_task(
             forget=False,
         )
     if view.start is StartState.FAILED:
-        reason, message = start_failure(view.start_error)
+        reason, message = start_failure(view)
         return _fail(run, reason, message, now=now, forget=False)
     if execute_sent >= attempt:
         # Execute was sent for this attempt before a runtimed restart and the (restarted)

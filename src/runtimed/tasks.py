@@ -739,7 +739,7 @@ class TaskLifecycle:
             if not local.view.prepared:
                 return outcome
         assert self._nursery is not None, "TaskLifecycle.run() is not running"
-        local.update(start=StartState.IN_FLIGHT, start_error="")
+        local.update(start=StartState.IN_FLIGHT, start_error="", start_rejected="")
         local.timeline.mark("start", self._now())
         spec = self._execute_spec(run)
         self._nursery.start_soon(self._start_worker, local, spec, local.view.attempt, obj)
@@ -773,7 +773,7 @@ class TaskLifecycle:
     ) -> None:
         """Execute asynchronously; record the result locally and enqueue (never writes status)."""
         fields = {"run_uid": spec.id, "attempt": attempt, "run": local.key}
-        error = ""
+        error = rejected = ""
         try:
             # durable before Execute is sent (see runtimed.execute_markers)
             self.markers.record(spec.id, attempt)
@@ -784,6 +784,8 @@ class TaskLifecycle:
             error = f"Execute not sent: {exc}"
         except (RpcRejected, ServerUnavailable) as exc:
             error = f"Execute failed: {exc}"
+            if isinstance(exc, RpcRejected) and exc.code == "INVALID_ARGUMENT":
+                rejected = exc.detail or "(no message)"
         except trio.TooSlowError:
             error = f"Execute did not answer within {self.timings.execute:g}s"
         finally:
@@ -795,7 +797,7 @@ class TaskLifecycle:
                 await self._forget_created(spec.id)
             return
         if error:
-            local.update(start=StartState.FAILED, start_error=error)
+            local.update(start=StartState.FAILED, start_error=error, start_rejected=rejected)
             self.metrics.start_failures.inc()
             task_log.warning("execution start failed: %s", error, extra=fields)
             self._events.emit(obj, type_="Warning", reason="StartFailed", message=error)

@@ -231,8 +231,10 @@ def test_execute_invalid_argument_is_a_permanent_execute_rejected() -> None:
     rejected = RpcRejected(
         "Execute", "INVALID_ARGUMENT", "a Python task needs an entrypoint or args"
     )
-    error = f"Execute failed: {rejected}"  # the text runtimed.tasks records
-    local = LocalView(attempt=1, start=StartState.FAILED, start_error=error)
+    error = f"Execute failed: {rejected}"  # what runtimed.tasks records
+    local = LocalView(
+        attempt=1, start=StartState.FAILED, start_error=error, start_rejected=rejected.detail
+    )
     action = decide(running(retry={"maxAttempts": 3}), local, NOT_FOUND)
     assert isinstance(action, Fail)
     assert isinstance(action.decision, Terminal)
@@ -248,18 +250,23 @@ def test_execute_invalid_argument_is_a_permanent_execute_rejected() -> None:
 
 
 @pytest.mark.parametrize(
-    "error",
+    ("error", "rejected"),
     [
-        "Execute failed: Execute: UNAVAILABLE: restarting",
-        "Execute did not answer within 10s",
-        "Execute not sent: disk full",
-        "Execute failed: Execute: FAILED_PRECONDITION: INVALID_ARGUMENT later",
-        "Execute failed: Execute: INVALID_ARGUMENT: working_dir '/ws/runs/u/work' is not an "
-        "existing directory",
+        ("Execute failed: Execute: UNAVAILABLE: restarting", ""),
+        ("Execute did not answer within 10s", ""),
+        ("Execute not sent: disk full", ""),
+        ("Execute failed: Execute: FAILED_PRECONDITION: INVALID_ARGUMENT later", ""),
+        (
+            "Execute failed: Execute: INVALID_ARGUMENT: working_dir '/ws/runs/u/work' is not an "
+            "existing directory",
+            "working_dir '/ws/runs/u/work' is not an existing directory",
+        ),
     ],
 )
-def test_other_start_failures_stay_retryable_start_failed(error: str) -> None:
-    local = LocalView(attempt=1, start=StartState.FAILED, start_error=error)
+def test_other_start_failures_stay_retryable_start_failed(error: str, rejected: str) -> None:
+    local = LocalView(
+        attempt=1, start=StartState.FAILED, start_error=error, start_rejected=rejected
+    )
     action = decide(running(retry={"maxAttempts": 3}), local, NOT_FOUND)
     assert isinstance(action, Fail)
     assert isinstance(action.decision, Retry)
