@@ -33,6 +33,7 @@ from krt.cli.waiting import (
     SPINNER_PERIOD,
     Progress,
     RunDeleted,
+    SpinnerLine,
     stuck_summary,
     wait_for_run,
 )
@@ -72,7 +73,7 @@ class GroupProgress:
         self._frame = 0
         self._elapsed = 0
         self._spinning = False
-        self._drawn = False
+        self._line = SpinnerLine(self.stream, tty=self.tty)
 
     def update(self, name: str, obj: Obj) -> None:
         """Record a new version of Run ``name`` (a line off a terminal, a redraw on one)."""
@@ -111,10 +112,7 @@ class GroupProgress:
 
     def clear(self) -> None:
         """Erase the spinner line (terminal only)."""
-        if self.tty and self._drawn:
-            self.stream.write("\r\x1b[2K")
-            self.stream.flush()
-            self._drawn = False
+        self._line.clear()
 
     def timeout_message(self, seconds: float) -> str:
         """The ``--timeout`` message: the Runs still not terminal and where each one is.
@@ -157,9 +155,7 @@ class GroupProgress:
         width = shutil.get_terminal_size().columns - 1  # the last column would wrap
         if len(text) > width > 3:
             text = text[: width - 3] + "..."
-        self.stream.write(f"\r\x1b[2K{text}")
-        self.stream.flush()
-        self._drawn = True
+        self._line.draw(text)
 
 
 async def wait_until_terminal(

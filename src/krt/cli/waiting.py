@@ -266,6 +266,34 @@ def describe_progress(obj: Obj) -> str:
     return f"{phase.value} ({', '.join(details)})" if details else phase.value
 
 
+class SpinnerLine:
+    """One spinner line on a terminal stream: drawn over itself, erased before other output.
+
+    Args:
+        stream: where to write.
+        tty: whether ``stream`` is a terminal (off a terminal nothing is drawn).
+    """
+
+    def __init__(self, stream: TextIO, *, tty: bool) -> None:
+        self.stream = stream
+        self.tty = tty
+        self._drawn = False
+
+    def draw(self, text: str) -> None:
+        """Replace the line with ``text`` (terminal only)."""
+        if self.tty:
+            self.stream.write(f"\r\x1b[2K{text}")
+            self.stream.flush()
+            self._drawn = True
+
+    def clear(self) -> None:
+        """Erase the line if drawn (terminal only)."""
+        if self.tty and self._drawn:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._drawn = False
+
+
 class Progress:
     """Shows a Run's progress on ``stream`` (default stderr).
 
@@ -289,7 +317,7 @@ class Progress:
         self.last: Obj | None = None
         self._last_line = ""
         self._advised = ""
-        self._drawn = False
+        self._line = SpinnerLine(self.stream, tty=self.tty)
 
     def summary(self) -> str:
         """Where the Run is stuck (:func:`stuck_summary` of the last version), or ``""``."""
@@ -321,9 +349,7 @@ class Progress:
             while True:
                 elapsed = int(round(trio.current_time() - start, 3))
                 char = SPINNER_FRAMES[frame % len(SPINNER_FRAMES)]
-                self.stream.write(f"\r\x1b[2K{char} {self.name}: {self.text} [{elapsed}s]")
-                self.stream.flush()
-                self._drawn = True
+                self._line.draw(f"{char} {self.name}: {self.text} [{elapsed}s]")
                 frame += 1
                 await trio.sleep(SPINNER_PERIOD)
         finally:
@@ -331,10 +357,7 @@ class Progress:
 
     def clear(self) -> None:
         """Erase the spinner line (terminal only)."""
-        if self.tty and self._drawn:
-            self.stream.write("\r\x1b[2K")
-            self.stream.flush()
-            self._drawn = False
+        self._line.clear()
 
 
 async def wait_with_progress(
