@@ -200,6 +200,11 @@ def _render_crd(crd: dict[str, Any]) -> list[str]:
             ]
             lines.append("")
         top_required = set(schema.get("required", []))
+        root_rules = schema.get("x-kubernetes-validations", [])
+        if root_rules:
+            lines += [f"### {names['kind']} object rules", ""]
+            lines += [f"- {_code(r['rule'])}: {r.get('message', '')}" for r in root_rules]
+            lines.append("")
         for section in ("spec", "status"):
             sub = schema.get("properties", {}).get(section)
             if sub is None:
