@@ -221,7 +221,16 @@ VALID_RUNTIMES: list[Case] = [
          None, ""),
     Case("seed-string-capacity", with_changes(runtime(), spec__capacity__resources={"runs": "2"}), None, ""),
     Case("template-labels", with_changes(runtime(), spec__template__metadata={"labels": {"team": "a"}, "annotations": {"x": "y"}, "name": "kept"}), None, ""),
+    # T2 F14/F6: the reserved names and ports are refused, their neighbours are not
+    Case("name-63-chars", with_changes(runtime(), metadata__name="r" * 63), None, ""),
+    Case("name-with-digits-and-dashes", with_changes(runtime(), metadata__name="py-3-12"), None, ""),
+    Case("port-next-to-runtimed", with_changes(runtime(), spec__port=9092), None, ""),
+    Case("init-containers", with_changes(runtime(), spec__template__spec__initContainers=[{"name": "setup", "image": "i"}]), None, ""),
+    Case("containers-at-bound", with_changes(runtime(), spec__template__spec__containers=[{"name": f"c{i}", "image": "i"} for i in range(64)]), None, ""),
 ]  # fmt: skip
+
+_NAME_RULE = "metadata.name must be a DNS-1123 label"
+_PORT_RULE = "spec.port must not be 9090 or 8081: the injected runtimed sidecar listens on them"
 
 INVALID_RUNTIMES: list[Case] = [
     Case("no-template", with_changes(runtime(), spec__template=None), None, "template"),
@@ -239,4 +248,21 @@ INVALID_RUNTIMES: list[Case] = [
     Case("template-labels-number", with_changes(runtime(), spec__template__metadata={"labels": 5}), None, "spec.template.metadata.labels"),
     Case("template-label-value-number", with_changes(runtime(), spec__template__metadata={"labels": {"a": 1}}), None, "spec.template.metadata.labels.a"),
     Case("template-annotation-value-number", with_changes(runtime(), spec__template__metadata={"annotations": {"a": 1}}), None, "spec.template.metadata.annotations.a"),
+    # T2 F14: a dotted name was admitted and reported Available, but its Service name is
+    # invalid and no Run can name it (spec.runtime is a DNS-1123 label)
+    Case("name-dotted", with_changes(runtime(), metadata__name="dotted.name"), None, _NAME_RULE),
+    Case("name-upper-case", with_changes(runtime(), metadata__name="Python"), None, _NAME_RULE),
+    Case("name-64-chars", with_changes(runtime(), metadata__name="r" * 64), None, _NAME_RULE),
+    # T2 F6: runtimed's own ports crash-looped the sidecar (Address already in use)
+    Case("port-runtimed-grpc", with_changes(runtime(), spec__port=9090), None, _PORT_RULE),
+    Case("port-runtimed-http", with_changes(runtime(), spec__port=8081), None, _PORT_RULE),
+    # T2 F6: a container named runtimed got no Pods and no status, only an Event
+    Case("container-named-runtimed", with_changes(runtime(), spec__template__spec__containers=[
+        {"name": "runtime", "image": "i"}, {"name": "runtimed", "image": "i"}]), None,
+         'spec.template.spec.containers: the name "runtimed" is reserved'),
+    Case("init-container-named-runtimed", with_changes(runtime(), spec__template__spec__initContainers=[
+        {"name": "runtimed", "image": "i"}]), None,
+         'spec.template.spec.initContainers: the name "runtimed" is reserved'),
+    Case("containers-too-many", with_changes(runtime(), spec__template__spec__containers=[
+        {"name": f"c{i}", "image": "i"} for i in range(65)]), None, "spec.template.spec.containers&&64"),
 ]  # fmt: skip

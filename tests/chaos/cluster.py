@@ -52,7 +52,7 @@ PYTHON_REPLICAS = 3
 #: The invoking identity: may get Runs in NS, nothing else.
 CALLER = "chaos-caller"
 CONTROLPLANE_DEPLOYMENT = "krt-kruntimes-controlplane"
-CONTROLPLANE_LEASE = "krt-controlplane"
+CONTROLPLANE_LEASE = "krt-kruntimes-controlplane"
 GATEWAY_SELECTOR = "app.kubernetes.io/component=gateway"
 CONTROLPLANE_SELECTOR = "app.kubernetes.io/component=controlplane"
 PYTHON_SELECTOR = "kruntimes.io/runtime=python"

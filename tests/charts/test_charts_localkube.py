@@ -65,6 +65,8 @@ pytestmark = requires_helm
 
 RUNS_NS = "default"
 CP_SA = "krt-kruntimes-controlplane"
+#: The chart's leader Lease: named after the release (two releases never share one).
+CP_LEASE = "krt-kruntimes-controlplane"
 GATEWAY_SA = "krt-kruntimes-gateway"
 SECRETS = KIND_REFS["Secret"]
 GATEWAY_HOST = f"runtime-gateway.{NAMESPACE}.svc"
@@ -83,10 +85,15 @@ async def apply(kube: Kube, docs: list[dict[str, Any]]) -> None:
         await kube.create(KIND_REFS[doc["kind"]], doc)
 
 
-def kruntimes_docs(*, without: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def kruntimes_docs(
+    *, without: tuple[str, ...] = (), values: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     values = deep_merge(
-        values_file(KRUNTIMES, "values-localkube.yaml"),
-        {"gateway": {"tls": {"secretName": "gateway-tls"}}},
+        deep_merge(
+            values_file(KRUNTIMES, "values-localkube.yaml"),
+            {"gateway": {"tls": {"secretName": "gateway-tls"}}},
+        ),
+        values or {},
     )
     return [
         d
@@ -119,8 +126,17 @@ def gateway_tls_secret(ca: trustme.CA) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def installed(tmp_path: Path, *, without: tuple[str, ...] = ()) -> AsyncIterator[Installed]:
-    """localkube with the CRDs, the gateway Secret and the kruntimes chart applied."""
+async def installed(
+    tmp_path: Path,
+    *,
+    without: tuple[str, ...] = (),
+    values: dict[str, Any] | None = None,
+    namespaces: tuple[str, ...] = (),
+) -> AsyncIterator[Installed]:
+    """localkube with the CRDs, the gateway Secret and the kruntimes chart applied.
+
+    ``values`` override the chart's (localkube) values; ``namespaces`` are created first.
+    """
     state_dir = tmp_path / "state"
     async with trio.open_nursery() as nursery:
         handle: ClusterHandle = await nursery.start(
@@ -129,7 +145,8 @@ async def installed(tmp_path: Path, *, without: tuple[str, ...] = ()) -> AsyncIt
         )
         kube = await connect(kubeconfig=Path(handle.apiserver.kubeconfig_path))
         async with kube:
-            await kube.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+            for namespace in (NAMESPACE, *namespaces):
+                await kube.create(NAMESPACES, {"metadata": {"name": namespace}})
             await apply(kube, crds())
             with trio.fail_after(10):
                 while True:
@@ -141,7 +158,7 @@ async def installed(tmp_path: Path, *, without: tuple[str, ...] = ()) -> AsyncIt
                         await trio.sleep(0.05)
             ca = trustme.CA()
             await apply(kube, [gateway_tls_secret(ca)])
-            await apply(kube, kruntimes_docs(without=without))
+            await apply(kube, kruntimes_docs(without=without, values=values))
             yield Installed(handle=handle, kube=kube, ca=ca, state_dir=state_dir)
             nursery.cancel_scope.cancel()
 
@@ -273,6 +290,53 @@ async def test_controlplane_service_account_can_do_its_job_and_nothing_more(
         assert not await can(gw, "list", "", "pods")
         with pytest.raises(Forbidden):
             await gw.list(RUNS, RUNS_NS)
+
+
+async def test_watch_namespaces_bound_every_write_to_the_listed_namespaces(
+    tmp_path: Path,
+) -> None:
+    """controlplane.watchNamespaces: Deployments, Pod patches and Leases only where listed,
+    the leader Lease only by name in the release namespace (kubectl auth can-i --as ...)."""
+    async with (
+        installed(
+            tmp_path,
+            without=("krt-kruntimes-controlplane", "krt-kruntimes-gateway"),
+            values={"controlplane": {"watchNamespaces": [RUNS_NS]}},
+            namespaces=("team-x",),
+        ) as cluster,
+        service_account_client(cluster, CP_SA) as cp,
+    ):
+        for verb, group, resource in [
+            ("create", "apps", "deployments"),
+            ("update", "apps", "deployments"),
+            ("patch", "", "pods"),
+            ("update", "coordination.k8s.io", "leases"),
+            ("create", "rbac.authorization.k8s.io", "roles"),
+        ]:
+            assert await can(cp, verb, group, resource, namespace=RUNS_NS), (verb, resource)
+            for elsewhere in ("kube-system", "team-x", NAMESPACE):
+                assert not await can(cp, verb, group, resource, namespace=elsewhere), (
+                    verb,
+                    resource,
+                    elsewhere,
+                )
+        # the leader Lease: created, read and renewed by name; no other Lease there
+        lease = {"metadata": {"name": CP_LEASE, "namespace": NAMESPACE}, "spec": {}}
+        created = await cp.create(LEASES, lease)
+        created["spec"]["holderIdentity"] = "me"
+        await cp.replace(LEASES, created)
+        await cluster.kube.create(
+            LEASES, {"metadata": {"name": "kube-scheduler", "namespace": NAMESPACE}, "spec": {}}
+        )
+        other = await cluster.kube.get(LEASES, "kube-scheduler", NAMESPACE)
+        with pytest.raises(Forbidden):
+            await cp.get(LEASES, "kube-scheduler", NAMESPACE)
+        with pytest.raises(Forbidden):
+            await cp.replace(LEASES, other)
+        with pytest.raises(Forbidden):
+            await cp.create(
+                LEASES, {"metadata": {"name": "x", "namespace": "kube-system"}, "spec": {}}
+            )
 
 
 def crash_report(state_dir: Path, pod: dict[str, Any]) -> str | None:
@@ -437,7 +501,7 @@ async def test_both_charts_run_entirely_as_pods(tmp_path: Path) -> None:
         with trio.fail_after(20):
             while True:
                 try:
-                    lease = await kube.get(LEASES, "krt-controlplane", NAMESPACE)
+                    lease = await kube.get(LEASES, CP_LEASE, NAMESPACE)
                 except NotFound:
                     await trio.sleep(0.1)
                     continue

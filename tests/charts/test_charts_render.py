@@ -9,6 +9,8 @@ are parsed by the components' real click commands, so a renamed flag breaks a te
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 from chart_rendering import (
     KRUNTIMES,
     NAMESPACE,
+    REPO,
     RUNTIMES_CHART,
     RenderError,
     containers,
@@ -26,6 +29,7 @@ from chart_rendering import (
     find,
     one,
     render,
+    render_files,
     requires_helm,
     values_file,
 )
@@ -77,6 +81,16 @@ def assert_valid(docs: list[dict[str, Any]]) -> None:
 
 def deployment(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
     return one(docs, "Deployment", f"krt-kruntimes-{component}")
+
+
+def container_named(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
+    """The first container of the one Deployment of ``component`` (any release name)."""
+    (found,) = [
+        d
+        for d in find(docs, "Deployment")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+    return found["spec"]["template"]["spec"]["containers"][0]  # type: ignore[no-any-return]
 
 
 def container(docs: list[dict[str, Any]], component: str) -> dict[str, Any]:
@@ -190,22 +204,67 @@ def test_watch_namespaces_bind_the_cluster_role_per_namespace_only() -> None:
         }
     # the release namespace gets only the leader Lease
     assert by_ns[NAMESPACE]["roleRef"]["kind"] == "Role"
-    lease_role = one(docs, "Role")
-    assert lease_role["rules"] == [
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "verbs": ["get", "create", "update"],
-        }
-    ]
+    assert one(docs, "Role")["metadata"]["namespace"] == NAMESPACE
     args = container(docs, "controlplane")["args"]
     assert arg_value(args, "--namespace") == ["team-a", "team-b"]
 
 
-def test_watching_the_release_namespace_needs_no_extra_lease_role() -> None:
-    docs = kruntimes({"controlplane": {"watchNamespaces": [NAMESPACE]}})
-    assert find(docs, "Role") == []
-    assert [b["metadata"]["namespace"] for b in find(docs, "RoleBinding")] == [NAMESPACE]
+LEADER_ROLE = "krt-kruntimes-controlplane-leader-election"
+
+
+@pytest.mark.parametrize(
+    "watch", [[], ["team-a"], [NAMESPACE]], ids=["all", "other-namespace", "release-namespace"]
+)
+def test_leader_lease_is_granted_by_name_in_the_release_namespace_only(watch: list[str]) -> None:
+    """F5: the leader Lease has its own Role, whatever is watched; get/update name the Lease
+    (create cannot: an object has no name before it exists)."""
+    docs = kruntimes({"controlplane": {"watchNamespaces": watch}})
+    lease_name = arg_value(container(docs, "controlplane")["args"], "--lease-name")
+    assert lease_name == ["krt-kruntimes-controlplane"]
+    role = one(docs, "Role", LEADER_ROLE)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": lease_name,
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = one(docs, "RoleBinding", LEADER_ROLE)
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": LEADER_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "krt-kruntimes-controlplane", "namespace": NAMESPACE}
+    ]
+    # the ClusterRole is bound where the control plane works, and nowhere else
+    cluster_bindings = [
+        b for b in find(docs, "RoleBinding") if b["roleRef"]["kind"] == "ClusterRole"
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in cluster_bindings) == sorted(watch)
+    assert len(find(docs, "ClusterRoleBinding")) == (0 if watch else 1)
+
+
+def test_leader_lease_name_is_release_scoped_unless_given() -> None:
+    """F4: two releases in one namespace must not share (and fight over) one leader Lease."""
+
+    def lease(values: dict[str, Any] | None = None, release: str = "krt") -> str:
+        docs = kruntimes(values, release=release)
+        (name,) = arg_value(container_named(docs, "controlplane")["args"], "--lease-name")
+        return name
+
+    assert lease() == "krt-kruntimes-controlplane"
+    assert lease(release="staging") == "staging-kruntimes-controlplane"
+    fixed = {"controlplane": {"leaderElection": {"leaseName": "krt-controlplane"}}}
+    assert lease(fixed) == "krt-controlplane"
+    docs = kruntimes(fixed)
+    (named,) = [r for r in one(docs, "Role", LEADER_ROLE)["rules"] if "resourceNames" in r]
+    assert named["resourceNames"] == ["krt-controlplane"]
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -356,6 +415,24 @@ def test_gateway_disabled_renders_no_gateway_objects_and_needs_no_certificate() 
     assert find(docs, "PodDisruptionBudget") == []
     assert find(docs, "Certificate") == []
     assert deployment(docs, "controlplane")
+
+
+def test_single_gateway_replica_gets_no_budget_that_would_block_node_drains() -> None:
+    """F9: minAvailable 1 over one Pod refuses every eviction, so its node never drains."""
+    one_replica = {"gateway": {"replicas": 1}}
+    assert find(kruntimes(one_replica), "PodDisruptionBudget") == []
+    # maxUnavailable never blocks a drain: kept as asked
+    pdb = one(
+        kruntimes(
+            deep_merge(one_replica, {"gateway": {"podDisruptionBudget": {"maxUnavailable": 1}}})
+        ),
+        "PodDisruptionBudget",
+    )
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert (
+        one(kruntimes({"gateway": {"replicas": 2}}), "PodDisruptionBudget")["spec"]["minAvailable"]
+        == 1
+    )
 
 
 def test_pod_disruption_budget_is_optional_and_selects_gateway_pods() -> None:
@@ -845,3 +922,150 @@ def test_gateway_replicas_spread_over_nodes_unless_affinity_is_given() -> None:
     }
     docs = kruntimes({"gateway": {"affinity": custom}})
     assert deployment(docs, "gateway")["spec"]["template"]["spec"]["affinity"] == custom
+
+
+# ----------------------------------------------------------------------------- names
+
+#: A DNS-1123 label (Kubernetes "Object Names and IDs"): Services, and every name here.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+#: Everything the kruntimes chart can render at once.
+EVERYTHING: dict[str, Any] = {
+    "gateway": {"tls": {"secretName": "", "certManager": {"enabled": True}}},
+    "networkPolicy": {"enabled": True},
+    "metrics": {"serviceMonitor": {"enabled": True}},
+}
+
+
+@pytest.mark.parametrize(
+    "release",
+    [
+        "a" * 45 + "-prod-eu",  # 53 characters: the longest name Helm accepts
+        "my-kruntimes-" + "b" * 40,  # contains the chart name: used as the fullname as it is
+        "c" * 48 + "-x-yz",  # a cut that would end in "-"
+        "krt",
+    ],
+    ids=["53-chars", "contains-chart-name", "cut-at-dash", "short"],
+)
+@pytest.mark.parametrize("watch", [[], ["team-a"]], ids=["all-namespaces", "watch-namespaces"])
+def test_every_object_name_is_a_dns_label_of_63_characters_at_most(
+    release: str, watch: list[str]
+) -> None:
+    """F1: a long release name must not make a name the API server refuses (over 63
+    characters): the release part is cut, the suffix kept, names stay distinct and every
+    reference (roleRef, subjects, serviceAccountName, issuerRef) still finds its object."""
+    docs = render(
+        KRUNTIMES,
+        deep_merge(EVERYTHING, {"controlplane": {"watchNamespaces": watch}}),
+        release=release,
+    )
+    docs += render(RUNTIMES_CHART, {"networkPolicy": {"enabled": True}}, release=release)
+    seen: set[tuple[str, str, str]] = set()
+    for doc in docs:
+        meta = doc["metadata"]
+        name = meta["name"]
+        assert len(name) <= 63, (doc["kind"], name, len(name))
+        assert DNS_LABEL.fullmatch(name), (doc["kind"], name)
+        key = (doc["kind"], meta.get("namespace", ""), name)
+        assert key not in seen, key
+        seen.add(key)
+    names = {(kind, name) for kind, _, name in seen}
+    for doc in docs:
+        if "roleRef" in doc:
+            assert (doc["roleRef"]["kind"], doc["roleRef"]["name"]) in names, doc["metadata"]
+            for subject in doc["subjects"]:
+                assert ("ServiceAccount", subject["name"]) in names, subject
+        if doc["kind"] == "Deployment":
+            sa = doc["spec"]["template"]["spec"]["serviceAccountName"]
+            assert ("ServiceAccount", sa) in names, sa
+        if doc["kind"] == "Certificate":
+            issuer = doc["spec"]["issuerRef"]
+            assert (issuer["kind"], issuer["name"]) in names, issuer
+            assert len(doc["spec"]["commonName"]) <= 64  # the X.509 upper bound
+    (lease,) = arg_value(container_named(docs, "controlplane")["args"], "--lease-name")
+    assert len(lease) <= 63, lease
+    assert DNS_LABEL.fullmatch(lease), lease
+    assert_valid([d for d in docs if d["kind"] not in CUSTOM_KINDS])
+
+
+def test_runtime_pod_network_policy_is_named_after_the_release() -> None:
+    """F4: two releases of the runtimes chart in one namespace each own their policy."""
+    values = {"networkPolicy": {"enabled": True}}
+    first = one(runtimes(values, release="runtimes"), "NetworkPolicy")
+    second = one(runtimes(values, release="team-b-runtimes"), "NetworkPolicy")
+    assert first["metadata"]["name"] == "runtimes-runtime-pods"
+    assert second["metadata"]["name"] == "team-b-runtimes-runtime-pods"
+
+
+# ----------------------------------------------------------------------------- NOTES.txt
+
+
+def test_notes_commands_are_accepted_by_krt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """F7: the command printed after `helm install` passes krt's own checks (it used to give
+    `-- python -c ...`, which krt run refuses for the python Runtime)."""
+    from click.testing import CliRunner
+
+    from krt.cli import run_cmd
+    from krt.cli.main import krt
+
+    notes = render_files(KRUNTIMES, TLS)["kruntimes/templates/NOTES.txt"]
+    commands = [
+        shlex.split(line, comments=True)
+        for line in notes.splitlines()
+        if line.strip().startswith("krt ")
+    ]
+    assert commands, notes
+
+    class Accepted(Exception):
+        """Raised where krt would connect to the cluster: every check before it passed."""
+
+    def no_cluster(*args: Any, **kwargs: Any) -> Any:
+        raise Accepted
+
+    monkeypatch.setattr(run_cmd, "open_kube", no_cluster)
+    for argv in commands:
+        result = CliRunner().invoke(krt, argv[1:])
+        assert result.exit_code != 2, (argv, result.output)  # 2: a usage error
+        reached = result.exception
+        while reached is not None and not isinstance(reached, Accepted):
+            reached = reached.__cause__ or reached.__context__
+        assert isinstance(reached, Accepted), (argv, result.output, result.exception)
+
+
+#: Docs whose object names are checked against the rendered chart (F4: they used to cite
+#: `<release>-controlplane` where the object is `<release>-kruntimes-controlplane`).
+NAMED_IN_DOCS = ("install.md",)
+_DOC_NAMES = re.compile(
+    r"deploy(?:ment)?/(?P<deployment>[a-z0-9<>-]+)"
+    r"|serviceaccount:kruntimes-system:(?P<serviceaccount>[a-z0-9<>-]+)"
+    r"|[Ll]ease `(?:kruntimes-system/)?(?P<lease>[a-z0-9<>-]*controlplane)`"
+)
+
+
+@pytest.mark.parametrize("doc", NAMED_IN_DOCS)
+def test_object_names_in_the_docs_are_what_the_chart_renders(doc: str) -> None:
+    """A name cited for the release `kruntimes` (install.md's example) or `krt` (`krt dev
+    up`) is rendered under that release; a placeholder is `<fullname>-...`."""
+    rendered: dict[str, set[str]] = {"deployment": set(), "serviceaccount": set(), "lease": set()}
+    for release in ("kruntimes", "krt"):
+        docs = kruntimes(release=release)
+        rendered["deployment"] |= {d["metadata"]["name"] for d in find(docs, "Deployment")}
+        rendered["serviceaccount"] |= {d["metadata"]["name"] for d in find(docs, "ServiceAccount")}
+        for component in ("controlplane",):
+            rendered["lease"] |= set(
+                arg_value(container_named(docs, component)["args"], "--lease-name")
+            )
+    text = (REPO / "docs" / doc).read_text()
+    assert "<release>-controlplane" not in text  # the fullname is not always <release>
+    assert "<release>-gateway" not in text
+    cited = [
+        (kind, name)
+        for match in _DOC_NAMES.finditer(text)
+        for kind, name in match.groupdict().items()
+        if name and not name.startswith("runtime-")  # per-Runtime objects, not the chart's
+    ]
+    assert cited, f"{doc} names no chart object any more: drop it from NAMED_IN_DOCS"
+    for kind, name in cited:
+        if "<" in name:
+            assert name.startswith("<fullname>-"), (doc, kind, name)
+        else:
+            assert name in rendered[kind], (doc, kind, name, sorted(rendered[kind]))

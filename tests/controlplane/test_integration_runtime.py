@@ -147,3 +147,46 @@ async def test_runtimed_service_account_gets_least_privilege(
             ("delete", "coordination.k8s.io", "leases"),
         ]:
             assert not await _can(client, verb, group, resource), (verb, group, resource)
+
+
+async def test_repair_keeps_kubectl_rollout_restart(kube: Kube) -> None:
+    """A repair of the Deployment keeps ``kubectl rollout restart``'s annotation (T2 F15).
+
+    Without it the repair (here: an operator's ``kubectl scale deployment``) writes the
+    template without ``kubectl.kubernetes.io/restartedAt`` and the Deployment rolls back to
+    the pre-restart ReplicaSet, replacing the Pods a second time.
+    """
+    restarted = "kubectl.kubernetes.io/restartedAt"
+    await create_runtime(kube, replicas=1, runs=2)
+    async with running_controlplane(kube):
+
+        async def created() -> bool:
+            try:
+                await kube.get(DEPLOYMENTS, "runtime-python", NS)
+            except NotFound:
+                return False
+            return True
+
+        await wait_for(created)
+        # `kubectl rollout restart deployment/runtime-python`
+        await kube.patch(
+            DEPLOYMENTS,
+            "runtime-python",
+            NS,
+            {
+                "spec": {
+                    "template": {"metadata": {"annotations": {restarted: "2026-11-30T05:00:00Z"}}}
+                }
+            },
+            type="strategic",
+        )
+        await kube.patch(DEPLOYMENTS, "runtime-python", NS, {"spec": {"replicas": 3}})
+
+        async def repaired() -> bool:
+            deployment = await kube.get(DEPLOYMENTS, "runtime-python", NS)
+            return bool(deployment["spec"]["replicas"] == 1)
+
+        await wait_for(repaired)
+        deployment = await kube.get(DEPLOYMENTS, "runtime-python", NS)
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations.get(restarted) == "2026-11-30T05:00:00Z"

@@ -53,7 +53,86 @@ def test_runtimed_readiness_probe_on_healthz() -> None:
     probe = _containers(make_runtime())["runtimed"]["readinessProbe"]
     assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert probe["periodSeconds"] * probe["failureThreshold"] <= 5
-    assert "livenessProbe" not in _containers(make_runtime())["runtimed"]
+
+
+def test_runtimed_liveness_probe_is_generous() -> None:
+    """runtimed is restarted only after a minute without an answer (T2 F16).
+
+    /healthz answers while runtimed's loops run whatever the Runtime Server's health, so a
+    down server never restarts runtimed; a burst or the chaos suite's 45 s SIGSTOP of
+    runtimed (tests/chaos/faults.py) is not long enough to restart it.
+    """
+    probe = _containers(make_runtime())["runtimed"]["livenessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert probe["periodSeconds"] == 10
+    assert probe["timeoutSeconds"] == 5
+    assert probe["failureThreshold"] == 6
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= 60
+
+
+def test_runtimed_meets_pod_security_restricted_on_its_own() -> None:
+    """The sidecar's own securityContext passes the restricted profile (T2 F16).
+
+    Pod Security admission checks every container; the Runtime's template cannot be relied on
+    to set these at Pod level.
+    """
+    runtimed = _containers(make_runtime())["runtimed"]
+    sc = runtimed["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["runAsNonRoot"] is True
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "privileged" not in sc
+    assert "runAsUser" not in sc  # the image's 65532, or the Pod's
+    # read-only root filesystem, with a writable /tmp of its own
+    assert sc["readOnlyRootFilesystem"] is True
+    assert {"name": "kruntimes-runtimed-tmp", "mountPath": "/tmp"} in runtimed["volumeMounts"]
+    volumes = desired_deployment(make_runtime())["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "kruntimes-runtimed-tmp", "emptyDir": {"sizeLimit": "64Mi"}} in volumes
+    # the Runtime Server container is the template's own: untouched
+    assert "securityContext" not in _containers(make_runtime())["runtime"]
+
+
+def test_runtimed_gets_default_requests_and_a_memory_limit() -> None:
+    resources = _containers(make_runtime())["runtimed"]["resources"]
+    assert resources == {
+        "requests": {"cpu": "50m", "memory": "96Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+
+
+def test_runtimed_resources_come_from_the_wiring_and_roll_the_pods() -> None:
+    custom = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi", "cpu": 2}}
+    wiring = RuntimedWiring(resources=custom)
+    spec = desired_deployment(make_runtime(), wiring)["spec"]["template"]["spec"]
+    runtimed = next(c for c in spec["containers"] if c["name"] == "runtimed")
+    assert runtimed["resources"] == {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"memory": "2Gi", "cpu": "2"},
+    }
+    assert needs_update(
+        desired_deployment(make_runtime()), desired_deployment(make_runtime(), wiring)
+    )
+    # {} (chart value `runtimed.resources: {}`): no resources at all
+    none = desired_deployment(make_runtime(), RuntimedWiring(resources={}))["spec"]["template"]
+    assert "resources" not in next(c for c in none["spec"]["containers"] if c["name"] == "runtimed")
+
+
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        ([], "expected an object"),
+        ({"request": {"cpu": "1"}}, "unknown key 'request'"),
+        ({"limits": "1Gi"}, "limits must be an object"),
+        ({"limits": {"memory": "1 GB"}}, "limits.memory: '1 GB' is not a quantity"),
+        ({"requests": {"cpu": "-1"}}, "requests.cpu: '-1' is not a quantity"),
+        ({"requests": {"cpu": True}}, "requests.cpu: True is not a quantity"),
+        ({"requests": {"CPU!": "1"}}, "'CPU!' is not a resource name"),
+    ],
+)
+def test_bad_runtimed_resources_are_refused_naming_the_entry(resources: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=f"runtimed resources: .*{message}"):
+        RuntimedWiring(resources=resources)
 
 
 def test_daemon_image_overrides_default() -> None:
@@ -119,6 +198,14 @@ def test_reserved_container_name_rejected() -> None:
     data = runtime_dict()
     data["spec"]["template"]["spec"]["containers"].append({"name": "runtimed", "image": "x"})
     with pytest.raises(ValueError, match="reserved"):
+        desired_deployment(Runtime.from_dict(data))
+
+
+def test_reserved_init_container_name_rejected() -> None:
+    """Pod validation refuses a name shared by a container and an init container."""
+    data = runtime_dict()
+    data["spec"]["template"]["spec"]["initContainers"] = [{"name": "runtimed", "image": "x"}]
+    with pytest.raises(ValueError, match='initContainers: the name "runtimed" is reserved'):
         desired_deployment(Runtime.from_dict(data))
 
 
@@ -326,8 +413,11 @@ def test_without_wiring_runtimed_gets_no_gateway_or_peer_settings() -> None:
             "RUNTIMED_GATEWAY_CA_FILE",
             "RUNTIMED_PEER_TLS_DIR",
         }
-        assert [v["name"] for v in spec["volumes"]] == ["workspace"]
-        assert [m["name"] for m in runtimed["volumeMounts"]] == ["workspace"]
+        assert [v["name"] for v in spec["volumes"]] == ["workspace", "kruntimes-runtimed-tmp"]
+        assert [m["name"] for m in runtimed["volumeMounts"]] == [
+            "workspace",
+            "kruntimes-runtimed-tmp",
+        ]
 
 
 def test_wiring_reaches_runtimed_as_env_and_optional_read_only_volumes() -> None:
@@ -365,9 +455,13 @@ def test_wiring_reaches_runtimed_as_env_and_optional_read_only_volumes() -> None
 
 def test_each_wiring_setting_alone_adds_only_its_own_part() -> None:
     only_url = _pod_spec(RuntimedWiring(gateway_url="https://gw.example:8443"))
-    assert [v["name"] for v in only_url["volumes"]] == ["workspace"]
+    assert [v["name"] for v in only_url["volumes"]] == ["workspace", "kruntimes-runtimed-tmp"]
     only_peer = _pod_spec(RuntimedWiring(peer_tls_secret="peer"))
-    assert [v["name"] for v in only_peer["volumes"]] == ["workspace", "kruntimes-peer-tls"]
+    assert [v["name"] for v in only_peer["volumes"]] == [
+        "workspace",
+        "kruntimes-runtimed-tmp",
+        "kruntimes-peer-tls",
+    ]
     runtimed = next(c for c in only_peer["containers"] if c["name"] == "runtimed")
     assert "RUNTIMED_GATEWAY_CA_FILE" not in {e["name"] for e in runtimed["env"]}
 
@@ -398,7 +492,9 @@ def test_desired_objects_pass_the_wiring_to_the_deployment() -> None:
     assert "kruntimes-gateway-ca" in names
 
 
-@pytest.mark.parametrize("name", ["kruntimes-gateway-ca", "kruntimes-peer-tls"])
+@pytest.mark.parametrize(
+    "name", ["kruntimes-gateway-ca", "kruntimes-peer-tls", "kruntimes-runtimed-tmp"]
+)
 def test_template_volume_with_a_reserved_name_is_rejected(name: str) -> None:
     data = runtime_dict()
     data["spec"]["template"]["spec"]["volumes"] = [{"name": name, "emptyDir": {}}]
@@ -449,3 +545,71 @@ def test_controlplane_cli_turns_flags_and_env_into_the_wiring(
     bad = CliRunner().invoke(cli.main, ["--peer-tls-secret", "Bad_Name"])
     assert bad.exit_code == 2
     assert "peer TLS Secret name 'Bad_Name'" in bad.output
+
+
+def test_controlplane_cli_takes_runtimed_resources_as_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    import krt.controlplane.__main__ as cli
+
+    seen: list[Any] = []
+    monkeypatch.setattr(cli.trio, "run", lambda _fn, _kc, _ctx, config: seen.append(config))
+    monkeypatch.setattr(cli, "configure_logging", lambda level: None)
+    custom = CliRunner().invoke(
+        cli.main,
+        ["--no-leader-elect", '--runtimed-resources={"requests":{"cpu":"100m"}}'],
+    )
+    assert custom.exit_code == 0, custom.output
+    assert seen[0].runtimed.resources == {"requests": {"cpu": "100m"}}
+    by_env = CliRunner().invoke(
+        cli.main, ["--no-leader-elect"], env={"KRT_CONTROLPLANE_RUNTIMED_RESOURCES": "{}"}
+    )
+    assert by_env.exit_code == 0, by_env.output
+    assert seen[1].runtimed.resources == {}
+    bad = CliRunner().invoke(cli.main, ["--runtimed-resources", '{"limits":{"memory":"lots"}}'])
+    assert bad.exit_code == 2
+    assert "runtimed resources: limits.memory: 'lots' is not a quantity" in bad.output
+    not_json = CliRunner().invoke(cli.main, ["--runtimed-resources", "cpu=1"])
+    assert not_json.exit_code == 2
+    assert "runtimed resources: not JSON" in not_json.output
+
+
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+
+
+def test_repair_keeps_a_rollout_restart() -> None:
+    """`kubectl rollout restart` survives the next repair of the Deployment (T2 F15).
+
+    The restart annotates the live Pod template; a repair (here: replicas drifted) must not
+    drop it, or the Deployment rolls back to the pre-restart ReplicaSet.
+    """
+    desired = desired_deployment(make_runtime())
+    live = json.loads(json.dumps(desired))
+    live["metadata"]["resourceVersion"] = "9"
+    live["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT] = "2026-11-30T05:00:00Z"
+    assert not needs_update(live, desired)  # the restart alone is no drift
+    live["spec"]["replicas"] = 5  # `kubectl scale deployment`, an HPA, ...
+    assert needs_update(live, desired)
+    merged = merge_for_update(live, desired)
+    annotations = merged["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[RESTARTED_AT] == "2026-11-30T05:00:00Z"
+    assert (
+        annotations[CAPACITY_ANNOTATION]
+        == desired["spec"]["template"]["metadata"]["annotations"][CAPACITY_ANNOTATION]
+    )
+    assert merged["spec"]["replicas"] == desired["spec"]["replicas"]
+    assert RESTARTED_AT not in desired["spec"]["template"]["metadata"]["annotations"]
+    # a Runtime template that sets the annotation itself wins (a restart through the Runtime)
+    data = runtime_dict()
+    data["spec"]["template"]["metadata"] = {"annotations": {RESTARTED_AT: "2026-12-01T00:00:00Z"}}
+    own = desired_deployment(Runtime.from_dict(data))
+    merged_own = merge_for_update(live, own)
+    assert (
+        merged_own["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT]
+        == "2026-12-01T00:00:00Z"
+    )
+    # without a restart nothing is added
+    plain = merge_for_update(desired_deployment(make_runtime(replicas=3)), desired)
+    assert RESTARTED_AT not in plain["spec"]["template"]["metadata"]["annotations"]

@@ -77,7 +77,7 @@ def test_dev_up_installs_kruntimes_idempotently_and_a_task_run_succeeds(state: P
     up = krt("dev", "up", "--detach", "--state-dir", str(state), "--timeout", "90")
     assert up.returncode == 0, up.stdout + up.stderr
     out = up.stdout
-    assert "kruntimes applied (18 created, 0 configured, 0 unchanged)" in out
+    assert "kruntimes applied (20 created, 0 configured, 0 unchanged)" in out
     assert re.search(r"waiting for Runtime (python|bash): 0/1 ready", out), out
     match = re.search(
         r"Ready: kruntimes is installed \(control plane, gateway (https://[0-9.]+:443)", out
@@ -91,7 +91,7 @@ def test_dev_up_installs_kruntimes_idempotently_and_a_task_run_succeeds(state: P
     again = krt("dev", "up", "--detach", "--state-dir", str(state))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "localkube is already running" in again.stdout
-    assert "kruntimes applied (0 created, 0 configured, 18 unchanged)" in again.stdout
+    assert "kruntimes applied (0 created, 0 configured, 20 unchanged)" in again.stdout
     assert "Ready: kruntimes is installed" in again.stdout
 
     runtimes = krt("runtime", "list", state=state)

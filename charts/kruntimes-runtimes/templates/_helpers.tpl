@@ -11,6 +11,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: kruntimes
 {{- end -}}
 
+{{/*
+The name of one of the release's objects: the release name and a suffix, at most 63
+characters (the release name is cut, the suffix kept). Include with
+(dict "root" $ "suffix" "-runtime-pods").
+*/}}
+{{- define "runtimes.objectName" -}}
+{{- $suffix := .suffix -}}
+{{- $base := .root.Release.Name | trunc (int (sub 63 (len $suffix))) | trimSuffix "-" -}}
+{{- printf "%s%s" $base $suffix -}}
+{{- end -}}
+
 {{/* An image reference: include with (dict "root" $ "image" .Values.images.runtimed). */}}
 {{- define "runtimes.image" -}}
 {{- $images := .root.Values.images -}}

@@ -5,10 +5,21 @@ Names, labels and images shared by every template of the kruntimes chart.
 {{/* The release-scoped base name of every object (63 characters at most). */}}
 {{- define "kruntimes.fullname" -}}
 {{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The name of one of the release's objects: the fullname and a suffix, at most 63 characters
+(a DNS-1123 label: Services and most objects need one). A long fullname is cut, the suffix
+is kept, so every object stays distinct. Include with (dict "root" $ "suffix" "-gateway").
+*/}}
+{{- define "kruntimes.objectName" -}}
+{{- $suffix := .suffix -}}
+{{- $base := include "kruntimes.fullname" .root | trunc (int (sub 63 (len $suffix))) | trimSuffix "-" -}}
+{{- printf "%s%s" $base $suffix -}}
 {{- end -}}
 
 {{/* Labels on every object. */}}
@@ -49,11 +60,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "kruntimes.controlplane.name" -}}
-{{- printf "%s-controlplane" (include "kruntimes.fullname" .) -}}
+{{- include "kruntimes.objectName" (dict "root" . "suffix" "-controlplane") -}}
 {{- end -}}
 
 {{- define "kruntimes.gateway.name" -}}
-{{- printf "%s-gateway" (include "kruntimes.fullname" .) -}}
+{{- include "kruntimes.objectName" (dict "root" . "suffix" "-gateway") -}}
+{{- end -}}
+
+{{/* The control plane's leader-election Lease (release namespace): one per release. */}}
+{{- define "kruntimes.controlplane.leaseName" -}}
+{{- .Values.controlplane.leaderElection.leaseName | default (include "kruntimes.controlplane.name" .) -}}
 {{- end -}}
 
 {{/* The Service name is fixed by the spec: Run endpoints are https://runtime-gateway.<ns>.svc... */}}

@@ -21,7 +21,11 @@ Proposed Run Model, issue 5):
   bytes, caBundle <= 16 KiB, outputs, conditions, message), and on ``spec.env``'s total as
   the Runtime Servers count it (:data:`krt.api.limits.MAX_ENV_TOTAL_BYTES`);
 * status: ``assignedPod`` and ``assignedPodUID`` are set and cleared together; the endpoint's
-  scheme matches its protocol; a terminal phase never changes again.
+  scheme matches its protocol; a terminal phase never changes again;
+* a Runtime that could never work is refused (T2 F14, F6): its ``metadata.name`` is a
+  DNS-1123 label (what a Run's ``spec.runtime`` accepts, and what its Service name needs);
+  ``spec.port`` is not one of runtimed's own ports (9090 gRPC, 8081 HTTP); no container or
+  init container of the template is named ``runtimed`` (the injected sidecar's name).
 
 CEL is limited to what both Kubernetes and the localkube evaluator (cel-python) support:
 ``has``, ``size``, ``matches``, ``startsWith``, ``in``, ``all``, ``exists``, ``filter``,
@@ -36,6 +40,7 @@ from typing import Any, Final
 
 from krt.api import limits
 from krt.api.constants import API_VERSION
+from krt.api.naming import RUNTIMED_CONTAINER_NAME, RUNTIMED_GRPC_PORT, RUNTIMED_HTTP_PORT
 from krt.api.phases import TERMINAL_PHASES, Phase
 from krt.api.retry import RETRYABLE_REASONS
 from krt.api.run import EndpointProtocol
@@ -569,7 +574,10 @@ def run_status_schema() -> Schema:
             ),
             "outputs": {
                 "type": "object",
-                "description": "Bounded outputs of a succeeded task.",
+                "description": (
+                    "Bounded outputs of a succeeded task, read from the $KRUNTIME_OUTPUTS file "
+                    "(at most 1 MiB; 64 keys, 4 KiB per value, 16 KiB in all)."
+                ),
                 "maxProperties": limits.MAX_OUTPUTS,
                 "additionalProperties": {
                     "type": "string",
@@ -621,12 +629,55 @@ def run_schema() -> Schema:
     }
 
 
+#: The most containers (and, separately, init containers) a Runtime's Pod template may
+#: have; it bounds the CEL cost of the reserved-name rule.
+MAX_TEMPLATE_CONTAINERS: Final = 64
+
+
+def _template_containers(field: str, *, min_items: int) -> Schema:
+    """A template's ``containers``/``initContainers``: the name ``runtimed`` is reserved."""
+    schema: Schema = {
+        "type": "array",
+        "maxItems": MAX_TEMPLATE_CONTAINERS,
+        "items": {
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "name": {"type": "string", "maxLength": limits.DNS_LABEL_MAX_CHARS},
+            },
+        },
+        "x-kubernetes-validations": [
+            rule(
+                f"self.all(c, !has(c.name) || c.name != {_cel_str(RUNTIMED_CONTAINER_NAME)})",
+                f'{field}: the name "{RUNTIMED_CONTAINER_NAME}" is reserved for the injected '
+                "runtimed sidecar",
+            )
+        ],
+    }
+    if min_items:
+        schema["minItems"] = min_items
+    return schema
+
+
 def runtime_schema() -> Schema:
     """The full ``openAPIV3Schema`` of the Runtime CRD."""
+    name = "self.metadata.name"
     return {
         "type": "object",
         "description": "A Runtime is a pool of warm Runtime Pods that Runs are placed on.",
         "required": ["spec"],
+        # metadata.name is readable from the root (Kubernetes exposes name/generateName)
+        "x-kubernetes-validations": [
+            rule(
+                f"!has(self.metadata) || !has({name}) || (size({name}) <= "
+                f"{limits.DNS_LABEL_MAX_CHARS} && "
+                f"{name}.matches({_cel_str(limits.DNS_LABEL_PATTERN)}))",
+                "metadata.name must be a DNS-1123 label (at most "
+                f"{limits.DNS_LABEL_MAX_CHARS} lowercase letters, digits and '-', starting "
+                "and ending with a letter or digit): it names the Runtime's Service, and Runs "
+                "refer to it in spec.runtime",
+            )
+        ],
         "properties": {
             **_type_meta("Runtime"),
             "spec": {
@@ -683,14 +734,12 @@ def runtime_schema() -> Schema:
                                 "required": ["containers"],
                                 "x-kubernetes-preserve-unknown-fields": True,
                                 "properties": {
-                                    "containers": {
-                                        "type": "array",
-                                        "minItems": 1,
-                                        "items": {
-                                            "type": "object",
-                                            "x-kubernetes-preserve-unknown-fields": True,
-                                        },
-                                    }
+                                    "containers": _template_containers(
+                                        "spec.template.spec.containers", min_items=1
+                                    ),
+                                    "initContainers": _template_containers(
+                                        "spec.template.spec.initContainers", min_items=0
+                                    ),
                                 },
                             },
                         },
@@ -702,11 +751,20 @@ def runtime_schema() -> Schema:
                     ),
                     "port": {
                         **_integer(
-                            "gRPC port of the Runtime Server in the Pod.",
+                            "gRPC port of the Runtime Server in the Pod (not 9090 or 8081: "
+                            "the runtimed sidecar's own ports).",
                             minimum=1,
                             maximum=65535,
                         ),
                         "default": 9091,
+                        "x-kubernetes-validations": [
+                            rule(
+                                f"self != {RUNTIMED_GRPC_PORT} && self != {RUNTIMED_HTTP_PORT}",
+                                f"spec.port must not be {RUNTIMED_GRPC_PORT} or "
+                                f"{RUNTIMED_HTTP_PORT}: the injected runtimed sidecar listens "
+                                "on them in every Runtime Pod",
+                            )
+                        ],
                     },
                 },
             },

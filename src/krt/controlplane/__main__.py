@@ -7,6 +7,7 @@ cancel the nursery tree, so the leader Lease is released on the way out.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ import trio
 from krt import logs
 from krt.controlplane.app import ControlPlaneConfig, default_identity, serve_controlplane
 from krt.controlplane.runtime_resources import RuntimedWiring
+from krt.controlplane.sidecar_settings import DEFAULT_RUNTIMED_RESOURCES, parse_resources_json
 from krt.gc_tuning import freeze_startup_heap
 from krt.kube.client import DEFAULT_SERVICEACCOUNT_DIR, connect
 
@@ -134,6 +136,13 @@ async def _main(kubeconfig: Path | None, context: str | None, config: ControlPla
     "mutual TLS (gateway and peer hops); mounted optional. Empty: plaintext, no peer hops.",
 )
 @click.option(
+    "--runtimed-resources",
+    default=json.dumps(DEFAULT_RUNTIMED_RESOURCES, separators=(",", ":")),
+    show_default=True,
+    help="Resources of the runtimed sidecar in every Runtime Pod, as JSON: "
+    '{"requests": {...}, "limits": {...}} of Kubernetes quantities; {} for none.',
+)
+@click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
     default="INFO",
@@ -152,6 +161,7 @@ def main(
     gateway_url: str,
     gateway_ca_configmap: str,
     peer_tls_secret: str,
+    runtimed_resources: str,
     log_level: str,
 ) -> None:
     """Run the kruntimes control plane: Runtime controller, scheduler, reaper and Run GC."""
@@ -161,6 +171,7 @@ def main(
             gateway_url=gateway_url or None,
             gateway_ca_configmap=gateway_ca_configmap or None,
             peer_tls_secret=peer_tls_secret or None,
+            resources=parse_resources_json(runtimed_resources),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

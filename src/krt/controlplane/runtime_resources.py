@@ -8,7 +8,8 @@ namespace and owned by it (garbage-collected with it):
   carry the ``kruntimes.io/runtime`` label and the capacity annotation, have a readiness gate
   on ``kruntimes.io/RuntimedReady``, share the workspace emptyDir, and give runtimed its Pod
   name, namespace, UID and IP (downward API), the Runtime name, the Runtime Server address
-  and its own port;
+  and its own port; the sidecar carries its own restricted securityContext, resources and
+  liveness probe (:mod:`krt.controlplane.sidecar_settings`);
 * a ClusterIP Service selecting those Pods (only Ready ones receive traffic) on runtimed's
   gRPC port, named by :func:`~krt.api.naming.runtime_service_name`;
 * a ServiceAccount, Role and RoleBinding with the least permissions runtimed needs.
@@ -23,12 +24,13 @@ one changes the Deployment's desired hash and rolls the Pods.
 
 Each object carries :data:`~krt.api.naming.DESIRED_HASH_ANNOTATION`, a hash of the
 desired form; the reconciler replaces an object whose hash differs (or whose replica count
-drifted) and recreates a missing one.
+drifted) and recreates a missing one, keeping ``kubectl rollout restart``'s annotation.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import re
@@ -66,6 +68,15 @@ from krt.api.naming import (
     runtime_service_name,
 )
 from krt.api.runtime import Runtime
+from krt.controlplane.sidecar_settings import (
+    DEFAULT_RUNTIMED_RESOURCES,
+    RUNTIMED_LIVENESS_PROBE,
+    RUNTIMED_SECURITY_CONTEXT,
+    RUNTIMED_TMP_MOUNT_PATH,
+    RUNTIMED_TMP_SIZE_LIMIT,
+    RUNTIMED_TMP_VOLUME,
+    check_resources,
+)
 
 #: The permissions runtimed needs in its namespace (least privilege; issue 5):
 #: read Runs and write their status and finalizers (seed 000 Cleanup and Finalization),
@@ -119,17 +130,26 @@ class RuntimedWiring:
         peer_tls_secret: name of a Secret in each Runtime's namespace with ``tls.crt``,
             ``tls.key`` and ``ca.crt`` for peer mTLS (mounted at
             :data:`PEER_TLS_MOUNT_PATH`, ``RUNTIMED_PEER_TLS_DIR``).
+        resources: the sidecar container's ``resources`` (``{"requests": {...},
+            "limits": {...}}``, Kubernetes quantities); default
+            :data:`~krt.controlplane.sidecar_settings.DEFAULT_RUNTIMED_RESOURCES`, ``{}``
+            for none.
 
     Raises:
-        ValueError: ``gateway_url`` is not an absolute http(s) URL, or a name is not a DNS
-            subdomain of at most 253 characters (the message names the setting).
+        ValueError: ``gateway_url`` is not an absolute http(s) URL, a name is not a DNS
+            subdomain of at most 253 characters, or ``resources`` is not a resources
+            object of quantities (the message names the setting).
     """
 
     gateway_url: str | None = None
     gateway_ca_configmap: str | None = None
     peer_tls_secret: str | None = None
+    resources: Mapping[str, Mapping[str, str]] = dataclasses.field(
+        default_factory=lambda: check_resources(DEFAULT_RUNTIMED_RESOURCES)
+    )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "resources", check_resources(self.resources))
         if self.gateway_url is not None:
             try:
                 function_endpoint_url(
@@ -211,12 +231,17 @@ def runtimed_container(runtime: Runtime, wiring: RuntimedWiring | None = None) -
     Server listens on the Pod's address, which is also loopback-reachable on Kubernetes),
     ``RUNTIMED_PORT`` (gRPC), ``RUNTIMED_HTTP_PORT`` (``/healthz``, ``/metrics``) and
     ``WORKSPACE_DIR``. Ports ``grpc`` (the Service's target) and ``metrics`` are declared.
-    With ``wiring``: ``RUNTIMED_GATEWAY_URL``, and ``RUNTIMED_GATEWAY_CA_FILE`` /
+    Hardened on its own (:mod:`krt.controlplane.sidecar_settings`): the restricted
+    ``securityContext`` with a read-only root filesystem and an emptyDir at ``/tmp``, the
+    installation's ``resources``, and a liveness probe on ``/healthz``. With ``wiring``: ``RUNTIMED_GATEWAY_URL``, and ``RUNTIMED_GATEWAY_CA_FILE`` /
     ``RUNTIMED_PEER_TLS_DIR`` with their read-only mounts (see :func:`wiring_volumes`).
     """
     wiring = wiring or RuntimedWiring()
     env: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
+    resources: dict[str, Any] = (
+        {"resources": copy.deepcopy(dict(wiring.resources))} if wiring.resources else {}
+    )
     if wiring.gateway_url is not None:
         env.append({"name": "RUNTIMED_GATEWAY_URL", "value": wiring.gateway_url})
     if wiring.gateway_ca_configmap is not None:
@@ -270,8 +295,14 @@ def runtimed_container(runtime: Runtime, wiring: RuntimedWiring | None = None) -
             "failureThreshold": 2,
             "successThreshold": 1,
         },
+        # /healthz answers while runtimed's loops run, whatever the Runtime Server's health:
+        # a down server is RuntimedReady=False, never a restart of runtimed
+        "livenessProbe": copy.deepcopy(dict(RUNTIMED_LIVENESS_PROBE)),
+        "securityContext": copy.deepcopy(dict(RUNTIMED_SECURITY_CONTEXT)),
+        **resources,
         "volumeMounts": [
             {"name": WORKSPACE_VOLUME_NAME, "mountPath": WORKSPACE_MOUNT_PATH},
+            {"name": RUNTIMED_TMP_VOLUME, "mountPath": RUNTIMED_TMP_MOUNT_PATH},
             *mounts,
         ],
     }
@@ -315,7 +346,7 @@ def wiring_volumes(wiring: RuntimedWiring | None) -> list[dict[str, Any]]:
 
 
 #: Volume names a Runtime template may not use (kruntimes declares them in every Pod).
-RESERVED_VOLUMES: Final = frozenset({GATEWAY_CA_VOLUME, PEER_TLS_VOLUME})
+RESERVED_VOLUMES: Final = frozenset({GATEWAY_CA_VOLUME, PEER_TLS_VOLUME, RUNTIMED_TMP_VOLUME})
 
 
 def pod_template(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict[str, Any]:
@@ -328,9 +359,10 @@ def pod_template(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict
 
     Raises:
         ValueError: the template's metadata, labels or annotations are of the wrong type,
-            it has no containers, already has a container named
+            it has no containers, already has a container or init container named
             ``runtimed`` (the name of the injected sidecar), or declares a volume named
-            ``kruntimes-gateway-ca`` or ``kruntimes-peer-tls`` (reserved).
+            ``kruntimes-gateway-ca``, ``kruntimes-peer-tls`` or ``kruntimes-runtimed-tmp``
+            (reserved).
     """
     template = copy.deepcopy(dict(runtime.spec.template))
     meta = template.setdefault("metadata", {})
@@ -354,11 +386,13 @@ def pod_template(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict
     containers = list(spec.get("containers") or [])
     if not containers:
         raise ValueError("spec.template.spec.containers: at least one container is required")
-    if any(c.get("name") == RUNTIMED_CONTAINER_NAME for c in containers):
-        raise ValueError(
-            f'spec.template.spec.containers: the name "{RUNTIMED_CONTAINER_NAME}" is reserved '
-            "for the injected runtimed sidecar"
-        )
+    for field in ("containers", "initContainers"):
+        if any(c.get("name") == RUNTIMED_CONTAINER_NAME for c in spec.get(field) or []):
+            # the CRD refuses these; a Runtime stored before it did must not stall the loop
+            raise ValueError(
+                f'spec.template.spec.{field}: the name "{RUNTIMED_CONTAINER_NAME}" is reserved '
+                "for the injected runtimed sidecar"
+            )
     for container in containers:
         mounts = list(container.get("volumeMounts") or [])
         if not any(m.get("name") == WORKSPACE_VOLUME_NAME for m in mounts):
@@ -375,6 +409,7 @@ def pod_template(runtime: Runtime, wiring: RuntimedWiring | None = None) -> dict
     spec["volumes"] = [
         *volumes,
         {"name": WORKSPACE_VOLUME_NAME, "emptyDir": {}},
+        {"name": RUNTIMED_TMP_VOLUME, "emptyDir": {"sizeLimit": RUNTIMED_TMP_SIZE_LIMIT}},
         *wiring_volumes(wiring),
     ]
     gates = [
@@ -510,12 +545,20 @@ def needs_update(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     return False
 
 
+#: The Pod template annotation ``kubectl rollout restart`` sets (an RFC 3339 time).
+RESTARTED_AT_ANNOTATION: Final = "kubectl.kubernetes.io/restartedAt"
+
+
 def merge_for_update(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
     """The object to PUT: ``desired`` with ``actual``'s identity and server-owned fields.
 
     Keeps ``resourceVersion`` (a conditional update), ``uid``, and fields the API server or
     other controllers own (a Service's ``clusterIP``/``clusterIPs``, labels and annotations
-    added by others).
+    added by others). A Deployment keeps its Pod template's
+    ``kubectl.kubernetes.io/restartedAt`` (``kubectl rollout restart``) unless the
+    Runtime's own template sets it: a repair must not undo a restart by rolling the Pods
+    back (T2 F15). The annotation is not part of the desired hash, so a restart alone never
+    triggers a repair.
     """
     result = copy.deepcopy(dict(desired))
     meta = result["metadata"]
@@ -533,4 +576,18 @@ def merge_for_update(actual: Mapping[str, Any], desired: Mapping[str, Any]) -> d
         for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
             if key in actual_spec:
                 result["spec"][key] = actual_spec[key]
+    elif desired.get("kind") == "Deployment":
+        _keep_restarted_at(actual, result)
     return result
+
+
+def _keep_restarted_at(actual: Mapping[str, Any], result: dict[str, Any]) -> None:
+    live = (((actual.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "annotations"
+    ) or {}
+    restarted_at = live.get(RESTARTED_AT_ANNOTATION)
+    if not isinstance(restarted_at, str):
+        return
+    template_meta = result["spec"]["template"].setdefault("metadata", {})
+    annotations = template_meta.setdefault("annotations", {})
+    annotations.setdefault(RESTARTED_AT_ANNOTATION, restarted_at)
