@@ -52,7 +52,11 @@ from runtimed.local_files import (
 from runtimed.spare_dirs import KEPT_FILE, SpareDirs
 
 __all__ = [
+    "ATTEMPT_ENV",
     "OUTPUTS_ENV",
+    "RUN_NAMESPACE_ENV",
+    "RUN_NAME_ENV",
+    "RUN_UID_ENV",
     "PreparationError",
     "RunFiles",
     "Workspace",
@@ -63,6 +67,13 @@ __all__ = [
 
 #: The environment variable naming the outputs file (issue 6).
 OUTPUTS_ENV: Final = "KRUNTIME_OUTPUTS"
+#: Variables naming the Run and attempt a task runs for, so that it can key its side
+#: effects (idempotency) without the Run's identity being passed in by hand. Like
+#: :data:`OUTPUTS_ENV`, they are set by runtimed and win over ``spec.env``.
+RUN_NAME_ENV: Final = "KRUNTIME_RUN_NAME"
+RUN_NAMESPACE_ENV: Final = "KRUNTIME_RUN_NAMESPACE"
+RUN_UID_ENV: Final = "KRUNTIME_RUN_UID"
+ATTEMPT_ENV: Final = "KRUNTIME_ATTEMPT"
 #: Characters of git's stderr kept in a preparation error.
 GIT_ERROR_TAIL_CHARS: Final = 600
 #: An outputs file shorter than this is read and parsed on the event loop (the usual case);

@@ -70,7 +70,11 @@ from runtimed.runtime_client import (
     listed_state,
 )
 from runtimed.sources import (
+    ATTEMPT_ENV,
     OUTPUTS_ENV,
+    RUN_NAME_ENV,
+    RUN_NAMESPACE_ENV,
+    RUN_UID_ENV,
     PreparationError,
     RunFiles,
     Workspace,
@@ -755,6 +759,10 @@ class TaskLifecycle:
             entrypoint = source.effective_inline_path
         env = {e.name: e.value for e in run.spec.env}
         env[OUTPUTS_ENV] = self.workspace.for_server(files.outputs)
+        env[RUN_NAME_ENV] = run.metadata.name
+        env[RUN_NAMESPACE_ENV] = run.metadata.namespace
+        env[RUN_UID_ENV] = run.metadata.uid
+        env[ATTEMPT_ENV] = str(max(1, run.status.attempt))
         timeout = 0
         seconds = run.spec.timeout_seconds
         if seconds is not None:

@@ -177,6 +177,11 @@ async def test_execute_request_carries_entrypoint_env_and_outputs_path(
         assert spec.env["A"] == "1"
         uid = obj["metadata"]["uid"]
         assert spec.env["KRUNTIME_OUTPUTS"] == str(h.workspace.root / "runs" / uid / "outputs")
+        # the Run's identity, for tasks that key their side effects by Run and attempt
+        assert spec.env["KRUNTIME_RUN_NAME"] == obj["metadata"]["name"]
+        assert spec.env["KRUNTIME_RUN_NAMESPACE"] == obj["metadata"]["namespace"]
+        assert spec.env["KRUNTIME_RUN_UID"] == uid
+        assert spec.env["KRUNTIME_ATTEMPT"] == "1"
         assert spec.working_dir == str(h.workspace.root / "runs" / uid / "work")
         assert seen["script"] == "echo $A\n"
 
@@ -219,6 +224,14 @@ async def test_retry_fails_twice_then_succeeds_at_attempt_three(
             Program(exit_code=1),
             Program(outputs="ok=1\n"),
         ]
+        attempts_seen: list[str] = []
+        original = h.server.execute
+
+        async def spy(spec: Any) -> None:
+            attempts_seen.append(spec.env["KRUNTIME_ATTEMPT"])
+            await original(spec)
+
+        h.server.execute = spy  # type: ignore[method-assign]
         h.store.create(obj)
         start = trio.current_time()
         status = await h.wait_phase("ns/r1", "Succeeded", "Failed")
@@ -226,6 +239,7 @@ async def test_retry_fails_twice_then_succeeds_at_attempt_three(
         assert status["attempt"] == 3
         assert status["outputs"] == {"ok": "1"}
         assert h.server.execute_calls[uid] == 3
+        assert attempts_seen == ["1", "2", "3"]  # $KRUNTIME_ATTEMPT names each attempt
         # exponential backoff: 1 s then 2 s between attempts
         assert trio.current_time() - start >= 3.0
         phases = [
