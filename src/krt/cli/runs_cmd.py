@@ -382,7 +382,8 @@ def cancel_cmd(
         flags = target.flags(where[0])
         return (
             f"cancellation stays requested for {', '.join(requested)} "
-            f"(krt get {' '.join(requested)} {flags} shows them)"
+            f"(krt get {' '.join(requested)} {flags} shows "
+            f"{'it' if len(requested) == 1 else 'them'})"
         )
 
     async def main() -> list[CommandFailed]:
