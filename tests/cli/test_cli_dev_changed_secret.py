@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 import trustme
 
 from krt.cli.dev_apply import apply, replaced_secret_warning
 from krt.cli.dev_certs import TlsPair, foreign_certificate, gateway_tls, peer_tls, tls_secret
+from krt.cli.dev_install import _wait_pods_gone
 from krt.kube.client import Kube, connect
 from krt.kube.resources import ResourceRef
 from localkube.apiserver import ApiServerHandle
@@ -180,3 +182,28 @@ def test_up_help_says_a_hand_changed_tls_secret_is_put_back() -> None:
     assert result.exit_code == 0
     text = " ".join(result.output.split())
     assert "one changed by hand is put back, with a warning line" in text
+
+
+async def test_the_install_waits_until_restarted_gateway_pods_are_gone(bare: Kube) -> None:
+    # T3 F6: "Ready" came while the gateway Pod deleted for a put-back Secret still existed,
+    # so the readiness check counted it and the first invoke hit a gateway going away
+    pods = ResourceRef("", "v1", "pods", True, "Pod")
+    pod = {
+        "metadata": {"name": "gw-old", "namespace": "default", "finalizers": ["test/hold"]},
+        "spec": {"containers": [{"name": "gateway", "image": "kruntimes/gateway"}]},
+    }
+    await bare.create(pods, pod)
+    await bare.delete(pods, "gw-old", "default")  # held by the finalizer: still there
+    gone = trio.Event()
+
+    async def wait() -> None:
+        await _wait_pods_gone(bare, "default", ["gw-old"])
+        gone.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(1.2)  # a few of its polls
+        assert not gone.is_set()
+        await bare.patch(pods, "gw-old", "default", {"metadata": {"finalizers": None}})
+        with trio.fail_after(5):
+            await gone.wait()

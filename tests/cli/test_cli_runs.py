@@ -288,6 +288,35 @@ async def test_wait_for_ready_on_a_task_is_refused_at_once(
     assert result.stdout == ""
 
 
+async def test_wait_for_ready_needs_the_ready_condition_true(kube: Kube, cli: CliRun) -> None:
+    # T3 F2: phase Ready with Ready=False (its Runtime Server is down) is not ready, as
+    # kubectl wait --for=condition=Ready; krt invoke refuses it too
+    await kube.create(
+        RUNS,
+        task_manifest("fr", mode={"function": {"handler": "main.invoke"}}),
+    )
+    assigned = {"attempt": 1, "assignedPod": "rt-1", "assignedPodUID": "p"}
+    now = "2026-01-01T00:00:00Z"
+    unavailable = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "Unavailable",
+        "lastTransitionTime": now,
+    }
+    await set_status(kube, "fr", {"phase": "Ready", **assigned, "conditions": [unavailable]})
+    down = await cli("wait", "fr", "--for", "ready", "--timeout", "0")
+    assert down.exit_code == ExitCode.TIMED_OUT, down.output
+    registered = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "FunctionRegistered",
+        "lastTransitionTime": now,
+    }
+    await set_status(kube, "fr", {"phase": "Ready", **assigned, "conditions": [registered]})
+    up = await cli("wait", "fr", "--for", "ready", "--timeout", "0")
+    assert up.exit_code == 0, up.output
+
+
 async def test_wait_timeout_zero_checks_once(kube: Kube, cli: CliRun) -> None:
     # F18: as kubectl wait --timeout=0: the condition now, no waiting
     await kube.create(RUNS, task_manifest("w0"))

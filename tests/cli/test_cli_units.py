@@ -124,6 +124,24 @@ def test_an_interrupted_invocation_says_it_may_have_run_not_retry_later() -> Non
     assert "Retry-After" not in failure.message
 
 
+def test_a_504_of_the_lifetime_points_at_the_runs_timeout_not_invoke_timeout() -> None:
+    message = (
+        "the function's lifetime (spec.timeout 5s) ended 3.6 s into the invocation; an "
+        "invocation is bounded by the Run's remaining lifetime"
+    )
+    result = InvokeResult(
+        status=504,
+        body=b"",
+        invocation_id="inv-1",
+        outputs=None,
+        latency_seconds=0.01,
+        error={"code": 504, "reason": "InvocationTimeout", "message": message},
+    )
+    failure = failure_for(result)
+    assert "raise --timeout" not in failure.message
+    assert "create it again with a longer --timeout" in failure.message
+
+
 def test_a_503_without_retry_after_says_the_function_has_ended() -> None:
     result = InvokeResult(
         status=503,

@@ -290,6 +290,9 @@ async def install(
                     f"pod/{pod} deleted (secret/{GATEWAY_TLS_SECRET} was set back to the "
                     f"dev certificate in {source})"
                 )
+            # until they are gone the readiness check below could count them, and "Ready"
+            # would come before the replacement serves (T3 F6)
+            await _wait_pods_gone(kube, SYSTEM_NAMESPACE, restarted)
         for doc in kruntimes:
             if doc["kind"] == "Deployment":
                 await apply(doc)
@@ -348,6 +351,22 @@ async def _restart_pods(kube: Kube, namespace: str, selector: str) -> list[str]:
             continue
         deleted.append(str(pod["metadata"]["name"]))
     return deleted
+
+
+#: Seconds :func:`_wait_pods_gone` waits for deleted Pods (their grace period is 30 s).
+PODS_GONE_WAIT_SECONDS = 40.0
+
+
+async def _wait_pods_gone(kube: Kube, namespace: str, names: Sequence[str]) -> None:
+    """Wait (at most :data:`PODS_GONE_WAIT_SECONDS`) until the named Pods no longer exist."""
+    with trio.move_on_after(PODS_GONE_WAIT_SECONDS):
+        for name in names:
+            while True:
+                try:
+                    await kube.get(PODS, name, namespace)
+                except NotFound:
+                    break
+                await trio.sleep(POLL_SECONDS)
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:

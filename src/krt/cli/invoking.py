@@ -448,6 +448,12 @@ def failure_for(result: InvokeResult, *, name: str = "") -> CommandFailed:
             if "may have run" in message
             else f"the invocation may have run; {_INTERRUPTED_ADVICE}"
         )
+    elif result.status == 504 and "lifetime (spec.timeout" in message:
+        # runtimed bounded the call by the Run's remaining lifetime: the Run has ended
+        advice = (
+            "the function's lifetime ended, so the Run has ended too (Timeout); create it "
+            "again with a longer --timeout"
+        )
     elif result.status == 503 and not result.retry_after:
         # runtimed sends no Retry-After for a Run that has ended (docs/gateway.md)
         advice = "it will not become Ready again; create it again to invoke it"

@@ -581,11 +581,11 @@ async def wait_run(
 
         def done(obj: Obj) -> bool:
             phase = phase_of((obj.get("status") or {}).get("phase"))
-            return (
-                phase == wanted
-                or is_terminal(phase)
-                or (target_kind is WaitTarget.READY and phase is Phase.READY)
-            )
+            if target_kind is WaitTarget.READY:
+                # kubectl wait --for=condition=Ready: phase Ready with Ready=False
+                # (Unavailable: its Runtime Server is down) is not ready yet
+                return is_terminal(phase) or _invocable(obj)
+            return phase == wanted or is_terminal(phase)
 
         current = await get_object(kube, RUNS, name, kube.namespace)
         if wanted is Phase.READY and not is_function(current):
@@ -613,9 +613,23 @@ async def wait_run(
         print_runs([final], output, single=True)
     else:
         click.echo(_final_line(final))
+    if target_kind is WaitTarget.READY:
+        return ExitCode.OK if _invocable(final) else ExitCode.RUN_UNSUCCESSFUL
     if wanted is not None:
         return ExitCode.OK if phase == wanted else ExitCode.RUN_UNSUCCESSFUL
     return ExitCode.OK if phase is Phase.SUCCEEDED else ExitCode.RUN_UNSUCCESSFUL
+
+
+def _invocable(run: Obj) -> bool:
+    """Phase Ready and its ``Ready`` condition True (seed 000: Ready=True means invocable)."""
+    status = run.get("status") or {}
+    if status.get("phase") != Phase.READY.value:
+        return False
+    return all(
+        c.get("status") == "True"
+        for c in status.get("conditions") or ()
+        if isinstance(c, dict) and c.get("type") == "Ready"
+    )
 
 
 def _function_wait_hint(run: Obj, condition: str) -> str:
