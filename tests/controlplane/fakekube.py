@@ -144,7 +144,9 @@ class FakeKube:
 
     # -- writes -----------------------------------------------------------------------------
 
-    async def create(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+    async def create(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> Obj:
         body = copy.deepcopy(dict(obj))
         meta = body.setdefault("metadata", {})
         await self._hook("create", ref, meta.get("name"))
@@ -165,7 +167,9 @@ class FakeKube:
             raise Conflict(409, "Conflict", "the object has been modified")
         return current
 
-    async def replace(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+    async def replace(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> Obj:
         await self._hook("replace", ref, obj["metadata"]["name"])
         current = self._current(ref, obj)
         body = copy.deepcopy(dict(obj))

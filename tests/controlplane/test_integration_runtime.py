@@ -13,6 +13,7 @@ from krt.kube.client import Kube
 from krt.kube.errors import NotFound
 from krt.kube.resources import (
     DEPLOYMENTS,
+    EVENTS,
     PODS,
     ROLEBINDINGS,
     ROLES,
@@ -22,7 +23,14 @@ from krt.kube.resources import (
 )
 from localkube.cluster import ClusterHandle
 
-from .harness import NS, HeartbeatDouble, create_runtime, running_controlplane, wait_for
+from .harness import (
+    NS,
+    HeartbeatDouble,
+    create_runtime,
+    running_controlplane,
+    runtime_manifest,
+    wait_for,
+)
 
 
 async def _ready_replicas(kube: Kube) -> int:
@@ -190,3 +198,31 @@ async def test_repair_keeps_kubectl_rollout_restart(kube: Kube) -> None:
         deployment = await kube.get(DEPLOYMENTS, "runtime-python", NS)
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
         assert annotations.get(restarted) == "2026-11-30T05:00:00Z"
+
+
+async def test_a_misspelled_template_field_is_reported_not_dropped(kube: Kube) -> None:
+    """The Deployment is written with fieldValidation=Strict (T3 F5).
+
+    Before, the API server's default (Warn) dropped ``imagePullPolicyy`` and the Runtime ran
+    a Pod without it, with no Event or log line saying so.
+    """
+    manifest = runtime_manifest("typo", replicas=1, runs=2)
+    manifest["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    await kube.create(RUNTIMES, manifest)
+    async with running_controlplane(kube):
+
+        async def reported() -> bool:
+            events, _ = await kube.list(EVENTS, NS)
+            return any(
+                e.get("reason") == "InvalidTemplate"
+                and (e.get("involvedObject") or {}).get("name") == "typo"
+                and "imagePullPolicyy" in str(e.get("message"))
+                for e in events
+            )
+
+        await wait_for(reported)
+    try:
+        await kube.get(DEPLOYMENTS, "runtime-typo", NS)
+    except NotFound:
+        return
+    raise AssertionError("a Deployment was created from a template with an unknown field")

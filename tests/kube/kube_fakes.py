@@ -64,7 +64,9 @@ class FakeKube:
             raise errors.NotFound(404, "NotFound", f"{ref} {name!r} not found")
         return copy.deepcopy(obj)
 
-    async def create(self, ref: ResourceRef, obj: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> dict[str, Any]:
         await self._enter()
         meta = obj["metadata"]
         key = self.store.key(ref, meta.get("namespace"), meta["name"])
@@ -77,7 +79,9 @@ class FakeKube:
         self.store.writes.append((trio.current_time(), self.name, copy.deepcopy(stored)))
         return copy.deepcopy(stored)
 
-    async def replace(self, ref: ResourceRef, obj: Mapping[str, Any]) -> dict[str, Any]:
+    async def replace(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> dict[str, Any]:
         await self._enter()
         meta = obj["metadata"]
         key = self.store.key(ref, meta.get("namespace"), meta["name"])

@@ -42,7 +42,7 @@ from krt.controlplane.runtime_resources import (
 )
 from krt.controlplane.runtime_status import runtime_status_patch
 from krt.kube.client import Kube, Obj
-from krt.kube.errors import AlreadyExists, Conflict, Forbidden, Invalid, NotFound
+from krt.kube.errors import AlreadyExists, BadRequest, Conflict, Forbidden, Invalid, NotFound
 from krt.kube.events import EventSink
 from krt.kube.informer import InformerEvent
 from krt.kube.resources import (
@@ -140,13 +140,17 @@ class RuntimeController:
             ref, informer_set = self._children[want["kind"]]
             have = informer_set.get(namespace, want["metadata"]["name"])
             try:
+                # Strict: a field the user misspelled in spec.template is refused (and
+                # reported below) instead of silently dropped by the API server
                 if have is None:
-                    await self._kube.create(ref, want)
+                    await self._kube.create(ref, want, field_validation="Strict")
                     log.info("Runtime %s/%s: created %s", namespace, name, want["kind"])
                 elif needs_update(have, want):
                     if want["kind"] == "Deployment":
                         await self._mark_busy_pods(namespace, name, have, want)
-                    await self._kube.replace(ref, merge_for_update(have, want))
+                    await self._kube.replace(
+                        ref, merge_for_update(have, want), field_validation="Strict"
+                    )
                     log.info("Runtime %s/%s: updated %s", namespace, name, want["kind"])
             except AlreadyExists:
                 if not await self._owned_elsewhere(ref, want, obj):
@@ -155,7 +159,7 @@ class RuntimeController:
                     blocked = True
             except (Conflict, NotFound):
                 requeue = True  # the cache is behind; its event queues this key again
-            except Invalid as exc:
+            except (Invalid, BadRequest) as exc:
                 self._recorder.emit(
                     obj, type_="Warning", reason="InvalidTemplate", message=str(exc)
                 )

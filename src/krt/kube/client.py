@@ -184,6 +184,17 @@ def _shown(line: bytes) -> str:
     return line[:200].decode("utf-8", "replace")
 
 
+def _validation(field_validation: str) -> dict[str, str] | None:
+    """The ``fieldValidation`` query parameter, or ``None`` for the server's default."""
+    if not field_validation:
+        return None
+    if field_validation not in ("Strict", "Warn", "Ignore"):
+        raise ValueError(
+            f"field_validation must be Strict, Warn or Ignore, got {field_validation!r}"
+        )
+    return {"fieldValidation": field_validation}
+
+
 def _target(path: str, params: Mapping[str, str] | None) -> str:
     return f"{path}?{urlencode(params, quote_via=quote)}" if params else path
 
@@ -545,16 +556,22 @@ class Kube:
                 return items, str(meta.get("resourceVersion") or "")
             params["continue"] = str(token)
 
-    async def create(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+    async def create(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> Obj:
         """POST a new object; its namespace comes from ``obj.metadata.namespace``.
 
         ``apiVersion`` and ``kind`` are filled in from ``ref`` when missing.
+        ``field_validation`` (``Strict``, ``Warn``, ``Ignore``; empty: the server's default,
+        ``Warn``) is the ``fieldValidation`` parameter: with ``Strict`` a field the kind does
+        not declare is refused (400 BadRequest) instead of dropped.
 
         Returns:
             The object as stored (uid, resourceVersion, defaults).
 
         Raises:
             AlreadyExists: the name is taken. Invalid: validation failed (see ``causes``).
+            BadRequest: an undeclared field under ``Strict``.
             ApiError, ConnectionFailed: see :meth:`request`.
             ValueError: no metadata, or no namespace for a namespaced type.
         """
@@ -563,7 +580,9 @@ class Kube:
         if ref.namespaced and not namespace:
             raise ValueError(f"create {ref}: metadata.namespace is required")
         body = {"apiVersion": ref.api_version, "kind": ref.kind, **obj}
-        result: Obj = await self.request("POST", ref, namespace=namespace, body=body)
+        result: Obj = await self.request(
+            "POST", ref, namespace=namespace, body=body, params=_validation(field_validation)
+        )
         return result
 
     def _address(
@@ -583,8 +602,12 @@ class Kube:
             raise ValueError(f"{what}: metadata.namespace is required")
         return namespace, name
 
-    async def replace(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+    async def replace(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> Obj:
         """PUT a whole object, conditional on its ``metadata.resourceVersion``.
+
+        ``field_validation``: as for :meth:`create`.
 
         Returns:
             The stored object (new resourceVersion).
@@ -596,7 +619,14 @@ class Kube:
         """
         namespace, name = self._address(ref, obj, f"replace {ref}")
         body = {"apiVersion": ref.api_version, "kind": ref.kind, **obj}
-        result: Obj = await self.request("PUT", ref, namespace=namespace, name=name, body=body)
+        result: Obj = await self.request(
+            "PUT",
+            ref,
+            namespace=namespace,
+            name=name,
+            body=body,
+            params=_validation(field_validation),
+        )
         return result
 
     async def replace_status(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:

@@ -39,11 +39,15 @@ class KubeClient(Protocol):
         """LIST a collection: ``(items, resourceVersion)``."""
         ...
 
-    async def create(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
-        """POST a new object."""
+    async def create(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> Obj:
+        """POST a new object (``field_validation``: the ``fieldValidation`` parameter)."""
         ...
 
-    async def replace(self, ref: ResourceRef, obj: Mapping[str, Any]) -> Obj:
+    async def replace(
+        self, ref: ResourceRef, obj: Mapping[str, Any], *, field_validation: str = ""
+    ) -> Obj:
         """PUT an object, conditional on its resourceVersion."""
         ...
 
