@@ -28,8 +28,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
-from kr8s.asyncio import Api
 
+from krt.kube.kr8s_auth import private_api
 from localkube.apiserver import ApiServerConfig, ApiServerHandle, serve_apiserver
 from localkube.controllers import serve_controllers
 from localkube.controllers.kubeapi import Kube
@@ -91,7 +91,7 @@ async def serve(state_dir: Path, images_file: Path | None, down_seconds: float) 
                     state_dir,
                 )
                 url = urlsplit(api.url)
-                kube = Kube(await Api(kubeconfig=str(api.kubeconfig_path), bypass_factory=True))
+                kube = Kube(await private_api(kubeconfig=str(api.kubeconfig_path)))
                 hosts_file = state_dir / "hosts"
                 await nursery.start(serve_hosts_file, kube, hosts_file)
                 await nursery.start(serve_controllers, kube)

@@ -59,10 +59,14 @@ def start_apiserver() -> Callable[[ApiServerConfig], AbstractAsyncContextManager
 
 @pytest.fixture
 async def kr8s_api(apiserver: ApiServerHandle) -> AsyncIterator[Any]:
-    """A ``kr8s.asyncio`` API client on trio bound to ``apiserver``'s kubeconfig."""
-    import kr8s.asyncio
+    """A ``kr8s.asyncio`` API client on trio bound to ``apiserver``'s kubeconfig.
 
-    api = await kr8s.asyncio.api(kubeconfig=str(apiserver.kubeconfig_path))
+    Through :func:`krt.kube.kr8s_auth.private_api`: kr8s's own loading writes the
+    kubeconfig's CA to a temporary file it never deletes (one per test otherwise).
+    """
+    from krt.kube.kr8s_auth import private_api
+
+    api = await private_api(kubeconfig=str(apiserver.kubeconfig_path))
     try:
         yield api
     finally:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import trio
-from kr8s.asyncio import Api
 from lk_node_helpers import PODS, echo_container, eventually, pod
 
+from krt.kube.kr8s_auth import private_api
 from localkube.controllers.kubeapi import Kube
 from localkube.node.process import PidRecord, alive, group_members
 
@@ -63,7 +63,7 @@ async def test_down_leaves_no_process_and_state_survives_up_again(state: Path) -
     status = await krt("dev", "status", "--state-dir", str(state))
     assert f"running (pid {cluster_pid})" in status.stdout.decode()
 
-    kube = Kube(await Api(kubeconfig=str(kubeconfig), bypass_factory=True))
+    kube = Kube(await private_api(kubeconfig=str(kubeconfig)))
     await kube.create(PODS, pod("keeper", echo_container()))
     first = await running_pod(kube, "keeper")
     records = pod_pid_records(state)
@@ -83,7 +83,7 @@ async def test_down_leaves_no_process_and_state_survives_up_again(state: Path) -
 
     # up again: the same objects, the Pod restarted like after a node reboot
     await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
-    kube = Kube(await Api(kubeconfig=str(kubeconfig), bypass_factory=True))
+    kube = Kube(await private_api(kubeconfig=str(kubeconfig)))
 
     async def resumed() -> dict[str, Any] | None:
         p = await kube.get(f"{PODS}/keeper")
@@ -120,7 +120,7 @@ async def test_up_refuses_a_second_cluster_on_the_same_state_dir(state: Path) ->
 async def test_down_kills_pod_groups_left_by_a_crashed_cluster(state: Path) -> None:
     """A cluster process killed with SIGKILL cannot stop its Pods; ``down`` does."""
     await krt("dev", "up", "--detach", "--no-install", "--state-dir", str(state))
-    kube = Kube(await Api(kubeconfig=str(state / "kubeconfig"), bypass_factory=True))
+    kube = Kube(await private_api(kubeconfig=str(state / "kubeconfig")))
     await kube.create(PODS, pod("orphan", echo_container()))
     await running_pod(kube, "orphan")
 
