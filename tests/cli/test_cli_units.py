@@ -79,16 +79,21 @@ def test_gateway_statuses_have_distinct_codes_except_the_two_malformed_request_o
     assert len(set(codes)) == len(codes)
 
 
-def test_failure_message_is_one_line_with_reason_advice_and_invocation_id() -> None:
-    result = InvokeResult(
-        status=503,
+def error_answer(status: int, reason: str, message: str, retry_after: str | None) -> InvokeResult:
+    """A gateway error answer as krt reads it (invocation ``inv-1``)."""
+    return InvokeResult(
+        status=status,
         body=b"",
         invocation_id="inv-1",
         outputs=None,
         latency_seconds=0.01,
-        error={"code": 503, "reason": "FunctionUnavailable", "message": "not ready\nyet"},
-        retry_after="2",
+        error={"code": status, "reason": reason, "message": message},
+        retry_after=retry_after,
     )
+
+
+def test_failure_message_is_one_line_with_reason_advice_and_invocation_id() -> None:
+    result = error_answer(503, "FunctionUnavailable", "not ready\nyet", "2")
     failure = failure_for(result)
     assert failure.code is ExitCode.UNAVAILABLE
     assert "\n" not in failure.message
@@ -100,19 +105,12 @@ def test_failure_message_is_one_line_with_reason_advice_and_invocation_id() -> N
 def test_an_interrupted_invocation_says_it_may_have_run_not_retry_later() -> None:
     # seed 000: a connection that broke after dispatch has an unknown outcome
     status = 502
-    result = InvokeResult(
-        status=status,
-        body=b"",
-        invocation_id="inv-1",
-        outputs=None,
-        latency_seconds=0.01,
-        error={
-            "code": status,
-            "reason": "InvocationInterrupted",
-            "message": "the connection to the local Runtime Server broke during the invocation"
-            " (peer closed the connection); the invocation may have run and was not retried",
-        },
-        retry_after="1",
+    result = error_answer(
+        status,
+        "InvocationInterrupted",
+        "the connection to the local Runtime Server broke during the invocation"
+        " (peer closed the connection); the invocation may have run and was not retried",
+        "1",
     )
     failure = failure_for(result)
     assert failure.code is ExitCode.SERVER_ERROR  # not 8, which means "safe to retry later"
@@ -129,32 +127,18 @@ def test_a_504_of_the_lifetime_points_at_the_runs_timeout_not_invoke_timeout() -
         "the function's lifetime (spec.timeout 5s) ended 3.6 s into the invocation; an "
         "invocation is bounded by the Run's remaining lifetime"
     )
-    result = InvokeResult(
-        status=504,
-        body=b"",
-        invocation_id="inv-1",
-        outputs=None,
-        latency_seconds=0.01,
-        error={"code": 504, "reason": "InvocationTimeout", "message": message},
-    )
+    result = error_answer(504, "InvocationTimeout", message, None)
     failure = failure_for(result)
     assert "raise --timeout" not in failure.message
     assert "create it again with a longer --timeout" in failure.message
 
 
 def test_a_503_without_retry_after_says_the_function_has_ended() -> None:
-    result = InvokeResult(
-        status=503,
-        body=b"",
-        invocation_id="inv-1",
-        outputs=None,
-        latency_seconds=0.01,
-        error={
-            "code": 503,
-            "reason": "FunctionUnavailable",
-            "message": "the Run has ended (Failed: RegistrationLost); it will not become Ready again",
-        },
-        retry_after=None,
+    result = error_answer(
+        503,
+        "FunctionUnavailable",
+        "the Run has ended (Failed: RegistrationLost); it will not become Ready again",
+        None,
     )
     failure = failure_for(result)
     assert "retry later" not in failure.message

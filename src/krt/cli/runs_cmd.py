@@ -292,30 +292,23 @@ async def print_logs(kube: Kube, run: Obj, emit: Callable[[LogLine], None]) -> N
         lines: list[LogLine] = []
         seen = SeenLines()
         for container in await log_containers(kube, run, pod):
-            try:
-                async for line in run_log_lines(
-                    kube,
-                    meta["namespace"],
-                    pod,
-                    meta["uid"],
-                    follow=False,
-                    container=container,
-                    previous=True,
-                    seen=seen,
-                ):
-                    lines.append(line)
-            except (BadRequest, NotFound):
-                pass  # the container never restarted (or its old log is gone)
-            async for line in run_log_lines(
-                kube,
-                meta["namespace"],
-                pod,
-                meta["uid"],
-                follow=False,
-                container=container,
-                seen=seen,
-            ):
-                lines.append(line)
+            for previous in (True, False):  # the previous instance first
+                try:
+                    async for line in run_log_lines(
+                        kube,
+                        meta["namespace"],
+                        pod,
+                        meta["uid"],
+                        follow=False,
+                        container=container,
+                        previous=previous,
+                        seen=seen,
+                    ):
+                        lines.append(line)
+                except (BadRequest, NotFound):
+                    if not previous:
+                        raise
+                    # the container never restarted (or its old log is gone)
         # One container's lines are in order already (previous instance first); several
         # (a function) merge by time.
         for line in sorted(lines, key=lambda item: item.time) if len(lines) > 1 else lines:
